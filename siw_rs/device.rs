@@ -1,0 +1,268 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The siw_rs device: a software iWARP RNIC with one port, bound to one
+//! net_device, created by `rdma link add NAME type siw_rs netdev DEV`.
+//!
+//! This is driver logic: it uses the safe wrappers only.
+
+use crate::{
+    ffi,
+    ib::{self, Device, DeviceAttr, Driver, PortAttr, PortImmutable, PortNum},
+    limits::*,
+    link::LinkType,
+    netdev::{self, NetDevice},
+    registry,
+};
+use core::{ptr::NonNull, sync::atomic::{AtomicU32, Ordering}};
+use kernel::{c_str, prelude::*};
+
+/// The siw_rs driver.
+pub(crate) struct SiwRs;
+
+/// What siw_rs keeps per device.
+pub(crate) struct DeviceData {
+    /// The bound net_device, as an identity (the registry key).
+    netdev: usize,
+    /// The port's GID prefix: the netdev's MAC at creation (random if it has
+    /// none), like upstream siw, so connection management sees a unique GID.
+    mac: [u8; 6],
+    /// Node GUID (EUI-64 from `mac`), in the byte order the core stores.
+    node_guid: u64,
+    /// A per-module sequence number, so devices are told apart.
+    vendor_part_id: u32,
+}
+
+/// The only port of a siw_rs device.
+const PORT: PortNum = 1;
+/// Node description shown by `ibv_devinfo` and sysfs.
+const NODE_DESC: &[u8] = b"siw_rs soft-iWARP (Rust)";
+/// Reported firmware version: the driver's ABI generation.
+const FW_VER: u64 = 1;
+
+static NEXT_PART_ID: AtomicU32 = AtomicU32::new(1);
+
+/// Net devices siw_rs can run on: Ethernet-like devices and loopback.
+fn qualified(netdev: &NetDevice) -> bool {
+    matches!(
+        netdev.hw_type(),
+        ffi::ARPHRD_ETHER | ffi::ARPHRD_IEEE802 | ffi::ARPHRD_NONE | ffi::ARPHRD_LOOPBACK
+    )
+}
+
+fn identity(netdev: &NetDevice) -> usize {
+    netdev.as_raw() as usize
+}
+
+impl LinkType for SiwRs {
+    const TYPE: &'static CStr = c_str!("siw_rs");
+
+    fn newlink(name: &CStr, netdev: &NetDevice) -> Result {
+        if !qualified(netdev) {
+            pr_info!("{:?}: unsupported netdev type {}\n", name, netdev.hw_type());
+            return Err(EINVAL);
+        }
+        let key = identity(netdev);
+        // One device per netdev; the reservation makes concurrent `rdma link
+        // add` calls on one netdev fail with EEXIST instead of racing.
+        registry::lock().reserve(key)?;
+        let ret = create(name, netdev, key);
+        if ret.is_err() {
+            registry::lock().remove(key, None);
+        }
+        ret
+    }
+}
+
+fn create(name: &CStr, netdev: &NetDevice, key: usize) -> Result {
+    let mac = match netdev.eth_addr() {
+        Some(mac) if mac != [0; 6] => mac,
+        _ => {
+            let mut mac = [0u8; 6];
+            // SAFETY: `mac` is a writable 6-byte buffer.
+            unsafe { ffi::siw_rs_h_eth_random_addr(mac.as_mut_ptr()) };
+            mac
+        }
+    };
+    let mut eui = [0u8; 8];
+    // SAFETY: `eui` has 8 writable bytes, `mac` 6 readable ones.
+    unsafe { ffi::siw_rs_h_addrconf_addr_eui48(eui.as_mut_ptr(), mac.as_ptr()) };
+    let node_guid = u64::from_ne_bytes(eui);
+    let data = DeviceData {
+        netdev: key,
+        mac,
+        node_guid,
+        vendor_part_id: NEXT_PART_ID.fetch_add(1, Ordering::Relaxed),
+    };
+
+    let mut dev = Device::<SiwRs>::new(&crate::THIS_MODULE, data)?;
+    dev.set_rnic_identity(node_guid, NODE_DESC, netdev.name());
+    dev.set_netdev(netdev, PORT)?;
+    let ib = NonNull::new(dev.device().as_raw()).ok_or(EINVAL)?;
+    registry::lock().set_device(key, ib);
+    // On failure `dev` is freed here and `dealloc` drops the entry's device.
+    dev.register(name)?;
+    pr_info!(
+        "{:?} on {:?} ({:02x?})\n",
+        name,
+        BStr(netdev.name()),
+        mac
+    );
+    Ok(())
+}
+
+/// Formats interface names (bytes) as text in log messages.
+struct BStr<'a>(&'a [u8]);
+
+impl core::fmt::Debug for BStr<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        for &b in self.0 {
+            write!(f, "{}", char::from(b))?;
+        }
+        Ok(())
+    }
+}
+
+#[vtable]
+impl Driver for SiwRs {
+    type Data = DeviceData;
+
+    // The stock rdma-core provider for upstream siw matches
+    // RDMA_DRIVER_SIW, and upstream siw's netdev notifier looks its devices
+    // up by that id; siw_rs must be neither's. The kernel's enum has no entry
+    // for an out-of-tree driver, so siw_rs registers as UNKNOWN and keeps its
+    // own registry (see registry.rs and Documentation/siw_rs/design.rst).
+    const DRIVER_ID: ffi::rdma_driver_id = ffi::RDMA_DRIVER_UNKNOWN;
+    const UVERBS_ABI_VER: u32 = 1;
+
+    fn query_device(dev: &Device<Self>, attr: &mut DeviceAttr) -> Result {
+        let d = dev.data();
+        let int = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
+        attr.fw_ver = FW_VER;
+        attr.sys_image_guid = d.node_guid;
+        attr.vendor_id = 0;
+        attr.vendor_part_id = d.vendor_part_id;
+        attr.hw_ver = 0;
+        // `rdma link del` may remove the device.
+        attr.kernel_cap_flags = u64::from(ffi::IBK_ALLOW_USER_UNREG);
+        attr.max_mr_size = MAX_MR_SIZE;
+        attr.page_size_cap = kernel::page::PAGE_SIZE as u64;
+        attr.max_qp = int(MAX_QP);
+        attr.max_qp_wr = int(MAX_QP_WR);
+        attr.max_send_sge = int(MAX_SGE);
+        attr.max_recv_sge = int(MAX_SGE);
+        attr.max_sge_rd = int(MAX_SGE_RD);
+        attr.max_cq = int(MAX_CQ);
+        attr.max_cqe = int(MAX_CQE);
+        attr.max_mr = int(MAX_MR);
+        attr.max_pd = int(MAX_PD);
+        attr.max_qp_rd_atom = int(MAX_IRD);
+        attr.max_qp_init_rd_atom = int(MAX_ORD);
+        attr.max_res_rd_atom = int(MAX_QP.saturating_mul(MAX_IRD));
+        attr.max_srq = int(MAX_SRQ);
+        attr.max_srq_wr = int(MAX_SRQ_WR);
+        attr.max_srq_sge = int(MAX_SGE);
+        attr.max_fast_reg_page_list_len = MAX_FAST_REG_PAGES;
+        Ok(())
+    }
+
+    fn query_port(dev: &Device<Self>, port: PortNum, attr: &mut PortAttr) -> Result {
+        if port != PORT {
+            return Err(EINVAL);
+        }
+        let nd = dev.netdev(PORT).ok_or(ENODEV)?;
+        // Report the link as it is, for IPv4 and IPv6 alike (the core's
+        // default for iWARP wants an IPv4 address before it says ACTIVE).
+        let up = nd.is_running() && nd.carrier_ok();
+        attr.state = if up { ffi::IB_PORT_ACTIVE } else { ffi::IB_PORT_DOWN };
+        attr.phys_state = if up {
+            ffi::IB_PORT_PHYS_STATE_LINK_UP
+        } else {
+            ffi::IB_PORT_PHYS_STATE_DISABLED
+        } as u8;
+        attr.max_mtu = ffi::IB_MTU_4096;
+        attr.active_mtu = ib::mtu_enum(nd.mtu());
+        attr.gid_tbl_len = 1;
+        attr.pkey_tbl_len = 0;
+        attr.max_msg_sz = MAX_MSG_SIZE;
+        attr.port_cap_flags = ffi::IB_PORT_CM_SUP | ffi::IB_PORT_DEVICE_MGMT_SUP;
+        drop(nd);
+        let (speed, width) = dev.eth_speed(PORT)?;
+        attr.active_speed = speed;
+        attr.active_width = width;
+        Ok(())
+    }
+
+    fn query_gid(dev: &Device<Self>, port: PortNum, index: i32) -> Result<[u8; 16]> {
+        if port != PORT || index != 0 {
+            return Err(EINVAL);
+        }
+        let mut gid = [0u8; 16];
+        gid[..6].copy_from_slice(&dev.data().mac);
+        Ok(gid)
+    }
+
+    fn get_port_immutable(_dev: &Device<Self>, port: PortNum, imm: &mut PortImmutable) -> Result {
+        if port != PORT {
+            return Err(EINVAL);
+        }
+        imm.gid_tbl_len = 1;
+        imm.pkey_tbl_len = 0;
+        imm.core_cap_flags = ffi::RDMA_CORE_PORT_IWARP;
+        Ok(())
+    }
+
+    fn dealloc(dev: &Device<Self>) {
+        registry::lock().remove(dev.data().netdev, NonNull::new(dev.as_raw()));
+    }
+}
+
+impl netdev::Handler for SiwRs {
+    fn event(event: netdev::Event, netdev: &NetDevice) {
+        let dev = {
+            let mut reg = registry::lock();
+            match reg.find(identity(netdev)).and_then(|e| e.ib) {
+                // SAFETY: a device in the registry is allocated and its data
+                // initialised: `dealloc` removes it (under this lock) before
+                // the data is dropped and the memory freed.
+                Some(ib) => unsafe { Device::<SiwRs>::from_raw(ib.as_ptr()) }.try_get(),
+                None => None,
+            }
+        };
+        let Some(dev) = dev else { return };
+        match event {
+            netdev::Event::Up => dev.port_event(PORT, ffi::IB_EVENT_PORT_ACTIVE),
+            netdev::Event::Down => dev.port_event(PORT, ffi::IB_EVENT_PORT_ERR),
+            netdev::Event::Change => {
+                let ev = if netdev.is_running() && netdev.carrier_ok() {
+                    ffi::IB_EVENT_PORT_ACTIVE
+                } else {
+                    ffi::IB_EVENT_PORT_ERR
+                };
+                dev.port_event(PORT, ev);
+            }
+            netdev::Event::ChangeAddr => dev.port_event(PORT, ffi::IB_EVENT_GID_CHANGE),
+            netdev::Event::Unregister => dev.unregister_queued(),
+        }
+    }
+}
+
+/// Unregisters every siw_rs device; called at module unload after the link
+/// type and the notifier are gone, so no device can appear meanwhile.
+pub(crate) fn unregister_all() {
+    let mut last = None;
+    loop {
+        let held = {
+            let mut reg = registry::lock();
+            // SAFETY: as in `event`, a registry device is allocated while the
+            // lock is held; the hold keeps its memory after we unlock.
+            reg.any_device().map(|ib| (ib, unsafe { ib::hold(ib) }))
+        };
+        let Some((ib, held)) = held else { break };
+        if last == Some(ib) {
+            pr_warn!("a device did not go away on unregistration\n");
+            break;
+        }
+        ib::unregister(&held);
+        last = Some(ib);
+    }
+}

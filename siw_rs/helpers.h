@@ -1,0 +1,28 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * C helpers: the static inline functions and macros siw_rs needs, exported to
+ * Rust as ordinary functions. Prefix siw_rs_h_ (rust_helper_* names already
+ * exist in vmlinux). Keep each one a single call: logic belongs in Rust.
+ */
+#ifndef SIW_RS_HELPERS_H
+#define SIW_RS_HELPERS_H
+
+#include <linux/netdevice.h>
+#include <rdma/ib_verbs.h>
+
+struct net_device *siw_rs_h_netdev_notifier_info_to_dev(void *info);
+void siw_rs_h_dev_put(struct net_device *dev);
+bool siw_rs_h_netif_running(const struct net_device *dev);
+bool siw_rs_h_netif_carrier_ok(const struct net_device *dev);
+void siw_rs_h_addrconf_addr_eui48(u8 *eui, const u8 *addr);
+void siw_rs_h_eth_random_addr(u8 *addr);
+int siw_rs_h_ib_mtu_int_to_enum(int mtu);
+bool siw_rs_h_ib_device_try_get(struct ib_device *dev);
+void siw_rs_h_ib_mark_name_assigned_by_user(struct ib_device *dev);
+int siw_rs_h_num_possible_cpus(void);
+
+/* The one lock of the device registry in registry.rs. */
+void siw_rs_h_registry_lock(void);
+void siw_rs_h_registry_unlock(void);
+
+#endif

@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! siw_rs: a soft-iWARP RDMA provider written in Rust.
+//!
+//! Layers, bottom up:
+//! - [`ffi`]: bindgen output and the C helpers (the only raw FFI);
+//! - [`ib`], [`netdev`], [`link`]: safe wrappers in the style of `rust/kernel/`;
+//! - [`registry`], [`device`]: the driver logic, on the wrappers only;
+//! - [`iwarp`]: the sans-IO protocol core (MPA, DDP, RDMAP), shared with the
+//!   host crate `iwarp-core`.
+
+use kernel::prelude::*;
+
+mod device;
+mod ffi;
+mod ib;
+pub mod iwarp;
+mod limits;
+mod link;
+mod netdev;
+mod registry;
+
+module! {
+    type: SiwRsModule,
+    name: "siw_rs",
+    author: "siw_rs developers",
+    description: "Soft-iWARP RDMA provider (RDMAP/DDP/MPA over TCP) in Rust",
+    license: "GPL",
+}
+
+/// Module state. Fields drop in declaration order: first the link type (no
+/// new devices), then the notifier, then the devices themselves.
+struct SiwRsModule {
+    _link: Pin<KBox<link::Registration<device::SiwRs>>>,
+    _notifier: Pin<KBox<netdev::Notifier<device::SiwRs>>>,
+    _devices: Devices,
+}
+
+/// Unregisters every device on drop.
+struct Devices;
+
+impl Drop for Devices {
+    fn drop(&mut self) {
+        device::unregister_all();
+    }
+}
+
+impl kernel::Module for SiwRsModule {
+    fn init(_module: &'static ThisModule) -> Result<Self> {
+        let notifier = netdev::Notifier::<device::SiwRs>::register()?;
+        let link = link::Registration::<device::SiwRs>::register()?;
+        pr_info!("soft-iWARP provider loaded (rdma link type siw_rs)\n");
+        Ok(SiwRsModule { _link: link, _notifier: notifier, _devices: Devices })
+    }
+}
