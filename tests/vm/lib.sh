@@ -1,0 +1,70 @@
+# Shared helpers for the VM tests (sourced by tests/vm/run inside the guest).
+# A test is a function; it returns non-zero (after calling `fail_because`) on
+# failure. The runner adds the kernel-log and kmemleak checks around each one.
+
+SIW_RS_KO=${SIW_RS_KO:?SIW_RS_KO must name the built siw_rs.ko}
+
+# Kernel log patterns that fail any test: warnings, KASAN, lockdep, hung
+# tasks, Rust panics, leaks.
+BAD_DMESG='WARNING:|BUG:|KASAN|UBSAN|Oops|general protection|possible recursive locking|circular locking|inconsistent lock state|INFO: task .* blocked|rust_panic|panicked at|unreferenced object|refcount_t:|list_add corruption|list_del corruption'
+
+fail_because() { printf '    %s\n' "$*" >&2; return 1; }
+
+# Run a command that must fail; its stderr is kept for the log.
+must_fail() {
+	if "$@" 2>/tmp/must_fail.err; then
+		fail_because "expected failure: $*"
+		return 1
+	fi
+	printf '    (expected error) %s: %s\n' "$*" "$(tr '\n' ' ' </tmp/must_fail.err)"
+}
+
+load_siw_rs() { grep -q '^siw_rs ' /proc/modules || insmod "$SIW_RS_KO"; }
+unload_siw_rs() { ! grep -q '^siw_rs ' /proc/modules || rmmod siw_rs; }
+
+# Whether an RDMA device exists.
+have_dev() { [ -e "/sys/class/infiniband/$1" ]; }
+
+# Fail (with a message) if an RDMA device exists.
+expect_no_dev() {
+	if have_dev "$1"; then
+		fail_because "${2:-device $1 exists but should not}"
+		return 1
+	fi
+}
+
+# Wait up to $2 seconds (default 10) for a device to disappear.
+wait_dev_gone() {
+	local i
+	for ((i = 0; i < ${2:-10} * 10; i++)); do
+		have_dev "$1" || return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# Port state of an RDMA device's port 1 as `rdma link` prints it.
+link_state() { rdma link show "$1/1" 2>/dev/null | sed -n 's/.* state \([A-Z_]*\).*/\1/p'; }
+
+kmemleak_available() { [ -w /sys/kernel/debug/kmemleak ]; }
+
+kmemleak_clear() {
+	kmemleak_available || return 0
+	echo clear > /sys/kernel/debug/kmemleak
+}
+
+# Scan for leaks; prints the report and fails if there is one.
+kmemleak_check() {
+	kmemleak_available || return 0
+	# Objects must be older than kmemleak's minimum age to be reported.
+	sleep 6
+	echo scan > /sys/kernel/debug/kmemleak
+	echo scan > /sys/kernel/debug/kmemleak
+	local report
+	report=$(cat /sys/kernel/debug/kmemleak)
+	if [ -n "$report" ]; then
+		printf '%s\n' "$report" | head -60 >&2
+		fail_because "kmemleak reports unreferenced objects"
+		return 1
+	fi
+}
