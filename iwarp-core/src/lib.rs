@@ -26,4 +26,6 @@ pub mod crc32c;
 pub mod ddp;
 pub mod mpa;
 pub mod rdmap;
+pub mod rx;
 pub mod terminate;
+pub mod tx;
