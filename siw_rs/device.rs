@@ -6,15 +6,19 @@
 //! This is driver logic: it uses the safe wrappers only.
 
 use crate::{
+    cq::{self, CqState},
     ffi,
     ib::{self, Device, DeviceAttr, Driver, PortAttr, PortImmutable, PortNum},
     limits::*,
     link::LinkType,
+    mem::{self, Mem, NewMem, Stags},
     netdev::{self, NetDevice},
+    qp::{self, QpCore},
     registry,
+    verbs::{Cq, CqAttr, Mr, MrKind, Notify, Pd, Qp, QpInitAttr, QpModify, QpQuery, QpSlot, RecvWr, SendWr, Verbs, WcSink},
 };
 use core::{ptr::NonNull, sync::atomic::{AtomicU32, Ordering}};
-use kernel::{c_str, prelude::*};
+use kernel::{c_str, prelude::*, sync::Arc};
 
 /// The siw_rs driver.
 pub(crate) struct SiwRs;
@@ -30,6 +34,38 @@ pub(crate) struct DeviceData {
     node_guid: u64,
     /// A per-module sequence number, so devices are told apart.
     vendor_part_id: u32,
+    /// The STag table of this device's memory regions.
+    stags: Arc<Stags>,
+    /// The next QP number to hand out.
+    next_qpn: AtomicU32,
+    /// Objects in existence, against the limits `query_device` reports.
+    counts: Counts,
+}
+
+/// Live object counts of one device.
+#[derive(Default)]
+struct Counts {
+    pd: AtomicU32,
+    cq: AtomicU32,
+    qp: AtomicU32,
+    mr: AtomicU32,
+}
+
+/// Takes one unit of `count` if that keeps it within `max`.
+fn reserve(count: &AtomicU32, max: u32) -> Result {
+    count
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| if n < max { Some(n + 1) } else { None })
+        .map(|_| ())
+        .map_err(|_| ENOMEM)
+}
+
+fn release(count: &AtomicU32) {
+    let _ = count.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+}
+
+/// Per-MR data: the region and the table it is entered in.
+pub(crate) struct MrData {
+    pub(crate) mem: Arc<Mem>,
 }
 
 /// The only port of a siw_rs device.
@@ -92,6 +128,9 @@ fn create(name: &CStr, netdev: &NetDevice, key: usize) -> Result {
         mac,
         node_guid,
         vendor_part_id: NEXT_PART_ID.fetch_add(1, Ordering::Relaxed),
+        stags: mem::new_table()?,
+        next_qpn: AtomicU32::new(1),
+        counts: Counts::default(),
     };
 
     let mut dev = Device::<SiwRs>::new(&crate::THIS_MODULE, data)?;
@@ -125,6 +164,10 @@ impl core::fmt::Debug for BStr<'_> {
 #[vtable]
 impl Driver for SiwRs {
     type Data = DeviceData;
+    type Pd = ();
+    type Cq = Arc<CqState>;
+    type Qp = Arc<QpCore>;
+    type Mr = MrData;
 
     // The stock rdma-core provider for upstream siw matches
     // RDMA_DRIVER_SIW, and upstream siw's netdev notifier looks its devices
@@ -213,6 +256,91 @@ impl Driver for SiwRs {
 
     fn dealloc(dev: &Device<Self>) {
         registry::lock().remove(dev.data().netdev, NonNull::new(dev.as_raw()));
+    }
+}
+
+impl Verbs for SiwRs {
+    fn alloc_pd(dev: &Device<Self>, _user: bool) -> Result<()> {
+        reserve(&dev.data().counts.pd, MAX_PD)
+    }
+
+    fn dealloc_pd(pd: &Pd<Self>) {
+        release(&pd.device().data().counts.pd);
+    }
+
+    fn create_cq(dev: &Device<Self>, attr: &mut CqAttr) -> Result<Arc<CqState>> {
+        let counts = &dev.data().counts;
+        reserve(&counts.cq, MAX_CQ)?;
+        CqState::new(attr, MAX_CQE).inspect_err(|_| release(&counts.cq))
+    }
+
+    fn destroy_cq(cq: &Cq<Self>) {
+        release(&cq.device().data().counts.cq);
+    }
+
+    fn poll_cq(cq: &Cq<Self>, sink: &mut WcSink<'_>) {
+        cq::poll(cq, sink)
+    }
+
+    fn req_notify_cq(cq: &Cq<Self>, how: Notify, report_missed: bool) -> bool {
+        cq::arm(cq, how, report_missed)
+    }
+
+    fn create_qp(pd: &Pd<Self>, attr: &mut QpInitAttr, _slot: QpSlot<Self>) -> Result<(Arc<QpCore>, u32)> {
+        let d = pd.device().data();
+        reserve(&d.counts.qp, MAX_QP)?;
+        let core = QpCore::new(attr, d.stags.clone()).inspect_err(|_| release(&d.counts.qp))?;
+        // QP numbers 0 and 1 are special in the verbs model; iWARP has no
+        // such QPs but consumers still treat them specially.
+        let qpn = d.next_qpn.fetch_add(1, Ordering::Relaxed).wrapping_add(1) & 0x00ff_ffff;
+        Ok((core, qpn.max(2)))
+    }
+
+    fn modify_qp(qp: &Qp<Self>, attr: &QpModify) -> Result {
+        qp::modify(qp, attr)
+    }
+
+    fn query_qp(qp: &Qp<Self>) -> QpQuery {
+        qp::query(qp)
+    }
+
+    fn destroy_qp(qp: &Qp<Self>) {
+        qp::destroy(qp);
+        release(&qp.device().data().counts.qp);
+    }
+
+    fn post_send(qp: &Qp<Self>, wr: &SendWr<'_, Self>) -> Result {
+        qp::post_send(qp, wr)
+    }
+
+    fn post_recv(qp: &Qp<Self>, wr: &RecvWr<'_>) -> Result {
+        qp::post_recv(qp, wr)
+    }
+
+    fn alloc_mr(pd: &Pd<Self>, kind: MrKind) -> Result<(MrData, u32)> {
+        let d = pd.device().data();
+        reserve(&d.counts.mr, MAX_MR)?;
+        let how = match kind {
+            MrKind::Dma(a) => NewMem::Dma(a),
+            MrKind::Fast(n) => NewMem::Fast(n),
+        };
+        let mem = mem::create(&d.stags, pd.id(), how).inspect_err(|_| release(&d.counts.mr))?;
+        let stag = mem.stag();
+        Ok((MrData { mem }, stag))
+    }
+
+    fn mr_reset_pages(mr: &Mr<Self>) {
+        mr.data().mem.reset_pages();
+    }
+
+    fn mr_add_page(mr: &Mr<Self>, addr: u64) -> Result {
+        mr.data().mem.add_page(addr)
+    }
+
+    fn dereg_mr(mr: &Mr<Self>) {
+        let d = mr.device().data();
+        mem::destroy(&d.stags, &mr.data().mem);
+        release(&d.counts.mr);
     }
 }
 

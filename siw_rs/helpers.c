@@ -6,6 +6,7 @@
 #include <linux/etherdevice.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
+#include <linux/spinlock.h>
 #include <net/addrconf.h>
 #include <rdma/rdma_netlink.h>
 
@@ -62,6 +63,29 @@ void siw_rs_h_ib_mark_name_assigned_by_user(struct ib_device *dev)
 int siw_rs_h_num_possible_cpus(void)
 {
 	return num_possible_cpus();
+}
+
+unsigned long siw_rs_h_spin_lock_irqsave(spinlock_t *lock)
+{
+	unsigned long flags;
+
+	spin_lock_irqsave(lock, flags);
+	return flags;
+}
+
+void siw_rs_h_spin_unlock_irqrestore(spinlock_t *lock, unsigned long flags)
+{
+	spin_unlock_irqrestore(lock, flags);
+}
+
+void siw_rs_h_atomic_inc(atomic_t *v)
+{
+	atomic_inc(v);
+}
+
+void siw_rs_h_atomic_dec(atomic_t *v)
+{
+	atomic_dec(v);
 }
 
 static DEFINE_MUTEX(siw_rs_registry_mutex);

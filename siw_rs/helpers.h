@@ -21,6 +21,11 @@ bool siw_rs_h_ib_device_try_get(struct ib_device *dev);
 void siw_rs_h_ib_mark_name_assigned_by_user(struct ib_device *dev);
 int siw_rs_h_num_possible_cpus(void);
 
+unsigned long siw_rs_h_spin_lock_irqsave(spinlock_t *lock);
+void siw_rs_h_spin_unlock_irqrestore(spinlock_t *lock, unsigned long flags);
+void siw_rs_h_atomic_inc(atomic_t *v);
+void siw_rs_h_atomic_dec(atomic_t *v);
+
 /* The one lock of the device registry in registry.rs. */
 void siw_rs_h_registry_lock(void);
 void siw_rs_h_registry_unlock(void);

@@ -40,6 +40,14 @@ pub(crate) type PortImmutable = ffi::ib_port_immutable;
 pub(crate) trait Driver: Sized + 'static {
     /// Per-device driver data, stored right after the `ib_device`.
     type Data: Send + Sync;
+    /// Per-PD data (see [`crate::verbs`]).
+    type Pd: Send + Sync;
+    /// Per-CQ data.
+    type Cq: Send + Sync;
+    /// Per-QP data.
+    type Qp: Send + Sync;
+    /// Per-MR data.
+    type Mr: Send + Sync;
 
     /// The `rdma_driver_id` the device is registered with.
     const DRIVER_ID: ffi::rdma_driver_id;
@@ -75,7 +83,7 @@ unsafe impl<T: Driver> Send for Device<T> {}
 // SAFETY: as above.
 unsafe impl<T: Driver> Sync for Device<T> {}
 
-impl<T: Driver> Device<T> {
+impl<T: crate::verbs::Verbs> Device<T> {
     /// Allocates a device holding `data`, with `T`'s callbacks installed.
     ///
     /// The result is owned by the caller until [`NewDevice::register`]
@@ -104,6 +112,7 @@ impl<T: Driver> Device<T> {
             dealloc_driver: Some(dealloc_driver_cb::<T>),
             ..Default::default()
         };
+        crate::verbs::install::<T>(&mut ops);
         unsupported::install(&mut ops);
         // SAFETY: `raw` is a valid `ib_device`; the core copies `ops`, so a
         // stack value is fine. From here on `ib_dealloc_device` runs
@@ -111,7 +120,9 @@ impl<T: Driver> Device<T> {
         unsafe { ffi::ib_set_device_ops(raw.as_ptr().cast(), &ops) };
         Ok(NewDevice { dev: raw })
     }
+}
 
+impl<T: Driver> Device<T> {
     /// Returns the device behind a raw `ib_device` pointer.
     ///
     /// # Safety
@@ -391,75 +402,12 @@ unsafe extern "C" fn dealloc_driver_cb<T: Driver>(ib: *mut ffi::ib_device) {
     unsafe { ptr::drop_in_place(ptr::addr_of_mut!((*ib.cast::<Device<T>>()).data)) };
 }
 
-/// The verbs the RDMA core requires (`ib_device_check_mandatory`) that the
-/// data path does not implement yet: each fails with `-EOPNOTSUPP`, so no
-/// object is ever created through them and their destroy counterparts are
-/// unreachable.
+/// The verbs the RDMA core requires (`ib_device_check_mandatory`) that
+/// siw_rs does not implement yet: each fails with `-EOPNOTSUPP`.
 mod unsupported {
     use super::ffi;
-    use kernel::{error::Error, ffi::c_int};
+    use kernel::ffi::c_int;
 
-    fn eopnotsupp() -> c_int {
-        -(ffi::EOPNOTSUPP as c_int)
-    }
-
-    unsafe extern "C" fn alloc_pd(_: *mut ffi::ib_pd, _: *mut ffi::ib_udata) -> c_int {
-        eopnotsupp()
-    }
-    unsafe extern "C" fn dealloc_pd(_: *mut ffi::ib_pd, _: *mut ffi::ib_udata) -> c_int {
-        eopnotsupp()
-    }
-    unsafe extern "C" fn create_qp(
-        _: *mut ffi::ib_qp,
-        _: *mut ffi::ib_qp_init_attr,
-        _: *mut ffi::ib_udata,
-    ) -> c_int {
-        eopnotsupp()
-    }
-    unsafe extern "C" fn modify_qp(
-        _: *mut ffi::ib_qp,
-        _: *mut ffi::ib_qp_attr,
-        _: c_int,
-        _: *mut ffi::ib_udata,
-    ) -> c_int {
-        eopnotsupp()
-    }
-    unsafe extern "C" fn destroy_qp(_: *mut ffi::ib_qp, _: *mut ffi::ib_udata) -> c_int {
-        eopnotsupp()
-    }
-    unsafe extern "C" fn post_send(
-        _: *mut ffi::ib_qp,
-        _: *const ffi::ib_send_wr,
-        _: *mut *const ffi::ib_send_wr,
-    ) -> c_int {
-        eopnotsupp()
-    }
-    unsafe extern "C" fn post_recv(
-        _: *mut ffi::ib_qp,
-        _: *const ffi::ib_recv_wr,
-        _: *mut *const ffi::ib_recv_wr,
-    ) -> c_int {
-        eopnotsupp()
-    }
-    unsafe extern "C" fn create_cq(
-        _: *mut ffi::ib_cq,
-        _: *const ffi::ib_cq_init_attr,
-        _: *mut ffi::uverbs_attr_bundle,
-    ) -> c_int {
-        eopnotsupp()
-    }
-    unsafe extern "C" fn destroy_cq(_: *mut ffi::ib_cq, _: *mut ffi::ib_udata) -> c_int {
-        eopnotsupp()
-    }
-    unsafe extern "C" fn poll_cq(_: *mut ffi::ib_cq, _: c_int, _: *mut ffi::ib_wc) -> c_int {
-        eopnotsupp()
-    }
-    unsafe extern "C" fn req_notify_cq(_: *mut ffi::ib_cq, _: ffi::ib_cq_notify_flags) -> c_int {
-        eopnotsupp()
-    }
-    unsafe extern "C" fn get_dma_mr(_: *mut ffi::ib_pd, _: c_int) -> *mut ffi::ib_mr {
-        Error::from_errno(eopnotsupp()).to_ptr()
-    }
     unsafe extern "C" fn reg_user_mr(
         _: *mut ffi::ib_pd,
         _: u64,
@@ -468,31 +416,11 @@ mod unsupported {
         _: c_int,
         _: *mut ffi::ib_udata,
     ) -> *mut ffi::ib_mr {
-        Error::from_errno(eopnotsupp()).to_ptr()
-    }
-    unsafe extern "C" fn dereg_mr(_: *mut ffi::ib_mr, _: *mut ffi::ib_udata) -> c_int {
-        eopnotsupp()
+        crate::verbs::eopnotsupp().to_ptr()
     }
 
-    /// Fills the mandatory-but-unimplemented entries of `ops`, with object
-    /// sizes the core can allocate (it allocates before calling us).
+    /// Fills the mandatory-but-unimplemented entries of `ops`.
     pub(super) fn install(ops: &mut ffi::ib_device_ops) {
-        ops.alloc_pd = Some(alloc_pd);
-        ops.dealloc_pd = Some(dealloc_pd);
-        ops.create_qp = Some(create_qp);
-        ops.modify_qp = Some(modify_qp);
-        ops.destroy_qp = Some(destroy_qp);
-        ops.post_send = Some(post_send);
-        ops.post_recv = Some(post_recv);
-        ops.create_cq = Some(create_cq);
-        ops.destroy_cq = Some(destroy_cq);
-        ops.poll_cq = Some(poll_cq);
-        ops.req_notify_cq = Some(req_notify_cq);
-        ops.get_dma_mr = Some(get_dma_mr);
         ops.reg_user_mr = Some(reg_user_mr);
-        ops.dereg_mr = Some(dereg_mr);
-        ops.size_ib_pd = core::mem::size_of::<ffi::ib_pd>();
-        ops.size_ib_cq = core::mem::size_of::<ffi::ib_cq>();
-        ops.size_ib_qp = core::mem::size_of::<ffi::ib_qp>();
     }
 }

@@ -1,0 +1,284 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Memory regions and the STag table.
+//!
+//! An STag is `index << 8 | key`: the index names a slot of the device's
+//! STag table, the key byte is chosen by the consumer at each fast
+//! registration. Every remote access names an STag; it is allowed only if
+//! the slot holds a valid region whose key matches, whose protection domain
+//! is the QP's, whose access rights cover the operation and whose range
+//! covers the bytes touched ([`Mem::check`]).
+//!
+//! Driver logic: no `unsafe`. The table is preallocated per device (no
+//! allocation under its lock); lookups clone an `Arc`, so a region being
+//! deregistered stays alive for operations that already hold it, but is
+//! marked invalid first so no new access starts.
+
+use crate::{
+    limits::{MAX_FAST_REG_PAGES, MAX_MR},
+    sync::{new_irq_spinlock, IrqSpinLock},
+    verbs::Access,
+};
+use kernel::{prelude::*, sync::Arc};
+
+/// Why an access to registered memory was refused. Each maps to one RFC
+/// 5040/5041 TERMINATE code for remote accesses and to a completion status
+/// for local ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AccessError {
+    /// No such STag, or its key does not match.
+    InvalidStag,
+    /// The region is not valid (never registered, or invalidated).
+    Invalidated,
+    /// The STag belongs to another protection domain.
+    WrongPd,
+    /// The region does not grant the access.
+    Rights,
+    /// The bytes are outside the region (base or bounds violation).
+    Bounds,
+}
+
+/// What a region covers.
+enum Kind {
+    /// All of kernel memory (`get_dma_mr`): addresses are kernel virtual.
+    Dma,
+    /// A fast-registration region: pages set by `map_mr_sg`, range and
+    /// access set by the registration work request.
+    Fast {
+        /// Page addresses (kernel virtual); the first `npages` are in use.
+        pages: KVVec<u64>,
+        /// Pages set by the last `map_mr_sg`.
+        npages: usize,
+        /// First byte of the registered range.
+        iova: u64,
+        /// Registered length.
+        len: u64,
+        /// Page size of `pages`.
+        page_size: u32,
+    },
+}
+
+struct State {
+    key: u8,
+    valid: bool,
+    access: Access,
+    kind: Kind,
+}
+
+/// A memory region.
+#[pin_data]
+pub(crate) struct Mem {
+    /// The identity of its protection domain.
+    pd: usize,
+    /// The table index (the STag's upper 24 bits).
+    index: u32,
+    #[pin]
+    state: IrqSpinLock<State>,
+}
+
+impl Mem {
+    /// The STag as it is now (index and current key).
+    pub(crate) fn stag(&self) -> u32 {
+        let key = self.state.lock().key;
+        self.index << 8 | u32::from(key)
+    }
+
+    /// Checks an access of `len` bytes at `addr` with `rights` through
+    /// `stag` from protection domain `pd`.
+    pub(crate) fn check(&self, stag: u32, pd: usize, addr: u64, len: u64, rights: u32) -> Result<(), AccessError> {
+        let s = self.state.lock();
+        if stag & 0xff != u32::from(s.key) {
+            return Err(AccessError::InvalidStag);
+        }
+        if !s.valid {
+            return Err(AccessError::Invalidated);
+        }
+        if pd != self.pd {
+            return Err(AccessError::WrongPd);
+        }
+        if !s.access.allows(rights) {
+            return Err(AccessError::Rights);
+        }
+        match &s.kind {
+            Kind::Dma => Ok(()),
+            Kind::Fast { iova, len: rlen, .. } => {
+                let end = addr.checked_add(len).ok_or(AccessError::Bounds)?;
+                let rend = iova.checked_add(*rlen).ok_or(AccessError::Bounds)?;
+                if addr < *iova || end > rend {
+                    Err(AccessError::Bounds)
+                } else {
+                    Ok(())
+                }
+            }
+        }
+    }
+
+    /// Starts a new page list (`map_mr_sg`).
+    pub(crate) fn reset_pages(&self) {
+        if let Kind::Fast { npages, .. } = &mut self.state.lock().kind {
+            *npages = 0;
+        }
+    }
+
+    /// Appends a page (`map_mr_sg`); `EINVAL` on a DMA region, `ENOMEM`
+    /// beyond the size given at `alloc_mr`.
+    pub(crate) fn add_page(&self, addr: u64) -> Result {
+        match &mut self.state.lock().kind {
+            Kind::Fast { pages, npages, .. } => {
+                let slot = pages.get_mut(*npages).ok_or(ENOMEM)?;
+                *slot = addr;
+                *npages += 1;
+                Ok(())
+            }
+            Kind::Dma => Err(EINVAL),
+        }
+    }
+
+    /// Executes a fast registration (`IB_WR_REG_MR`): the region becomes
+    /// valid for `[iova, iova + len)` with `access` and key byte `key`.
+    pub(crate) fn register(&self, key: u8, access: Access, iova: u64, len: u64, page_size: u32) -> Result<(), AccessError> {
+        let mut s = self.state.lock();
+        if s.valid {
+            // Registering a valid region is an error (RFC 5040 / verbs).
+            return Err(AccessError::Invalidated);
+        }
+        match &mut s.kind {
+            Kind::Fast { npages, iova: i, len: l, page_size: p, .. } => {
+                let need = u64::try_from(*npages).unwrap_or(u64::MAX).saturating_mul(u64::from(page_size));
+                if page_size == 0 || len > need {
+                    return Err(AccessError::Bounds);
+                }
+                *i = iova;
+                *l = len;
+                *p = page_size;
+            }
+            Kind::Dma => return Err(AccessError::InvalidStag),
+        }
+        s.key = key;
+        s.access = access;
+        s.valid = true;
+        Ok(())
+    }
+
+    /// Invalidates the region (local or remote invalidation, or
+    /// deregistration). `Err` if the key does not match.
+    pub(crate) fn invalidate(&self, stag: u32) -> Result<(), AccessError> {
+        let mut s = self.state.lock();
+        if stag & 0xff != u32::from(s.key) {
+            return Err(AccessError::InvalidStag);
+        }
+        s.valid = false;
+        Ok(())
+    }
+
+    fn invalidate_any(&self) {
+        self.state.lock().valid = false;
+    }
+}
+
+/// A device's STag table.
+pub(crate) struct StagTable {
+    slots: KVVec<Option<Arc<Mem>>>,
+    /// A stack of free indices; the first `nfree` entries are valid.
+    free: KVVec<u32>,
+    nfree: usize,
+}
+
+impl StagTable {
+    fn take_free(&mut self) -> Option<u32> {
+        let n = self.nfree.checked_sub(1)?;
+        let i = *self.free.get(n)?;
+        self.nfree = n;
+        Some(i)
+    }
+
+    fn put_free(&mut self, index: u32) {
+        if let Some(slot) = self.free.get_mut(self.nfree) {
+            *slot = index;
+            self.nfree += 1;
+        }
+    }
+}
+
+/// The table behind its lock (one per device).
+pub(crate) type Stags = IrqSpinLock<StagTable>;
+
+/// Creates the table with room for `limits::MAX_MR` regions.
+pub(crate) fn new_table() -> Result<Arc<Stags>> {
+    let n = usize::try_from(MAX_MR).map_err(|_| EINVAL)?;
+    let slots = KVVec::from_elem(None, n, GFP_KERNEL)?;
+    let mut free = KVVec::with_capacity(n, GFP_KERNEL)?;
+    // Index 0 is never used: STag 0 is reserved. Lowest indices first.
+    for i in (1..MAX_MR).rev() {
+        free.push(i, GFP_KERNEL)?;
+    }
+    let nfree = free.len();
+    free.push(0, GFP_KERNEL)?;
+    Arc::pin_init(new_irq_spinlock!(StagTable { slots, free, nfree }, "siw_rs_stags"), GFP_KERNEL)
+}
+
+/// How to create a region.
+pub(crate) enum NewMem {
+    /// A DMA region with the given access, valid at once.
+    Dma(Access),
+    /// A fast-registration region with room for that many pages.
+    Fast(u32),
+}
+
+/// Creates a region in `pd` and enters it in `table`.
+pub(crate) fn create(table: &Stags, pd: usize, how: NewMem) -> Result<Arc<Mem>> {
+    let (valid, access, kind) = match how {
+        NewMem::Dma(a) => (true, a, Kind::Dma),
+        NewMem::Fast(n) => {
+            if n == 0 || n > MAX_FAST_REG_PAGES {
+                return Err(EINVAL);
+            }
+            let n = usize::try_from(n).map_err(|_| EINVAL)?;
+            let pages = KVVec::from_elem(0u64, n, GFP_KERNEL)?;
+            (false, Access::default(), Kind::Fast { pages, npages: 0, iova: 0, len: 0, page_size: 0 })
+        }
+    };
+    // Reserve the slot first so a full table fails before allocating.
+    let index = table.lock().take_free().ok_or(ENOMEM)?;
+    let state = State { key: 0, valid, access, kind };
+    let mem = Arc::pin_init(
+        pin_init!(Mem { pd, index, state <- new_irq_spinlock!(state, "siw_rs_mem") }),
+        GFP_KERNEL,
+    );
+    let mut t = table.lock();
+    match mem {
+        Ok(mem) => {
+            if let Some(slot) = usize::try_from(index).ok().and_then(|i| t.slots.get_mut(i)) {
+                *slot = Some(mem.clone());
+            }
+            Ok(mem)
+        }
+        Err(e) => {
+            t.put_free(index);
+            Err(e)
+        }
+    }
+}
+
+/// Looks a region up by STag (the key is checked by [`Mem::check`]).
+pub(crate) fn lookup(table: &Stags, stag: u32) -> Option<Arc<Mem>> {
+    let index = usize::try_from(stag >> 8).ok()?;
+    table.lock().slots.get(index).and_then(|s| s.clone())
+}
+
+/// Removes a region from the table; operations holding it finish, new ones
+/// no longer find it.
+pub(crate) fn destroy(table: &Stags, mem: &Mem) {
+    mem.invalidate_any();
+    let old = {
+        let mut t = table.lock();
+        let old = usize::try_from(mem.index).ok().and_then(|i| t.slots.get_mut(i)).and_then(|s| s.take());
+        if old.is_some() {
+            t.put_free(mem.index);
+        }
+        old
+    };
+    // Dropped outside the lock: the last reference frees the page list,
+    // which must not happen with interrupts disabled.
+    drop(old);
+}
