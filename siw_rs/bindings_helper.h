@@ -10,5 +10,11 @@
 #include <rdma/ib_verbs.h>
 #include <rdma/iw_cm.h>
 #include <rdma/rdma_netlink.h>
+#include <linux/net.h>
+#include <linux/in.h>
+#include <linux/in6.h>
+#include <linux/skbuff.h>
+#include <net/sock.h>
+#include <net/tcp.h>
 
 #include "helpers.h"

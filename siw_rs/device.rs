@@ -13,12 +13,20 @@ use crate::{
     link::LinkType,
     mem::{self, Mem, NewMem, Stags},
     netdev::{self, NetDevice},
-    qp::{self, QpCore},
+    qp::{self, QpCore, QpTable},
+    cm::{self, Listener},
+    iw::{CmId, ConnParam, IwCm},
+    net::Net,
+    sync::{new_irq_spinlock, IrqSpinLock},
     registry,
     verbs::{Cq, CqAttr, Mr, MrKind, Notify, Pd, Qp, QpInitAttr, QpModify, QpQuery, QpSlot, RecvWr, SendWr, Verbs, WcSink},
 };
 use core::{ptr::NonNull, sync::atomic::{AtomicU32, Ordering}};
-use kernel::{c_str, prelude::*, sync::Arc};
+use kernel::{
+    c_str, new_mutex,
+    prelude::*,
+    sync::{Arc, Mutex},
+};
 
 /// The siw_rs driver.
 pub(crate) struct SiwRs;
@@ -40,6 +48,18 @@ pub(crate) struct DeviceData {
     next_qpn: AtomicU32,
     /// Objects in existence, against the limits `query_device` reports.
     counts: Counts,
+    /// QP numbers, for the connection manager's `iw_get_qp`.
+    qps: Arc<IrqSpinLock<QpTable>>,
+    /// Listening endpoints.
+    listeners: Arc<Mutex<KVec<Option<Arc<Listener>>>>>,
+}
+
+impl DeviceData {
+    /// The network namespace of the device's netdev.
+    pub(crate) fn net(&self, dev: &Device<SiwRs>) -> Result<Net> {
+        let nd = dev.netdev(PORT).ok_or(ENODEV)?;
+        Ok(Net::of(&nd))
+    }
 }
 
 /// Live object counts of one device.
@@ -131,6 +151,8 @@ fn create(name: &CStr, netdev: &NetDevice, key: usize) -> Result {
         stags: mem::new_table()?,
         next_qpn: AtomicU32::new(1),
         counts: Counts::default(),
+        qps: Arc::pin_init(new_irq_spinlock!(QpTable::new()?, "siw_rs_qpn"), GFP_KERNEL)?,
+        listeners: Arc::pin_init(new_mutex!(KVec::new()), GFP_KERNEL)?,
     };
 
     let mut dev = Device::<SiwRs>::new(&crate::THIS_MODULE, data)?;
@@ -187,6 +209,9 @@ impl Driver for SiwRs {
         attr.hw_ver = 0;
         // `rdma link del` may remove the device.
         attr.kernel_cap_flags = u64::from(ffi::IBK_ALLOW_USER_UNREG);
+        // Fast registration (IB_WR_REG_MR, IB_WR_LOCAL_INV, Send with
+        // Invalidate): what NVMe-oF, iSER and NFS/RDMA need on iWARP.
+        attr.device_cap_flags = ffi::IB_DEVICE_MEM_MGT_EXTENSIONS as u64;
         attr.max_mr_size = MAX_MR_SIZE;
         attr.page_size_cap = kernel::page::PAGE_SIZE as u64;
         attr.max_qp = int(MAX_QP);
@@ -286,14 +311,12 @@ impl Verbs for SiwRs {
         cq::arm(cq, how, report_missed)
     }
 
-    fn create_qp(pd: &Pd<Self>, attr: &mut QpInitAttr, _slot: QpSlot<Self>) -> Result<(Arc<QpCore>, u32)> {
+    fn create_qp(pd: &Pd<Self>, attr: &mut QpInitAttr, slot: QpSlot<Self>) -> Result<(Arc<QpCore>, u32)> {
         let d = pd.device().data();
         reserve(&d.counts.qp, MAX_QP)?;
         let core = QpCore::new(attr, d.stags.clone()).inspect_err(|_| release(&d.counts.qp))?;
-        // QP numbers 0 and 1 are special in the verbs model; iWARP has no
-        // such QPs but consumers still treat them specially.
-        let qpn = d.next_qpn.fetch_add(1, Ordering::Relaxed).wrapping_add(1) & 0x00ff_ffff;
-        Ok((core, qpn.max(2)))
+        let qpn = d.qps.lock().insert(slot.raw()).inspect_err(|_| release(&d.counts.qp))?;
+        Ok((core, qpn))
     }
 
     fn modify_qp(qp: &Qp<Self>, attr: &QpModify) -> Result {
@@ -305,8 +328,10 @@ impl Verbs for SiwRs {
     }
 
     fn destroy_qp(qp: &Qp<Self>) {
+        let d = qp.device().data();
+        d.qps.lock().remove(qp.qp_num());
         qp::destroy(qp);
-        release(&qp.device().data().counts.qp);
+        release(&d.counts.qp);
     }
 
     fn post_send(qp: &Qp<Self>, wr: &SendWr<'_, Self>) -> Result {
@@ -341,6 +366,61 @@ impl Verbs for SiwRs {
         let d = mr.device().data();
         mem::destroy(&d.stags, &mr.data().mem);
         release(&d.counts.mr);
+    }
+}
+
+impl IwCm for SiwRs {
+    fn connect(id: CmId, qp: &Qp<Self>, p: &ConnParam<'_>) -> Result {
+        cm::connect(qp.device(), id, qp, p)
+    }
+
+    fn accept(id: CmId, qp: &Qp<Self>, p: &ConnParam<'_>) -> Result {
+        cm::accept(id, qp, p)
+    }
+
+    fn reject(id: CmId, private_data: &[u8]) -> Result {
+        cm::reject(id, private_data)
+    }
+
+    fn create_listen(dev: &Device<Self>, id: CmId, backlog: i32) -> Result {
+        let l = cm::create_listen(dev, id, backlog)?;
+        {
+            let mut ls = dev.data().listeners.lock();
+            match ls.iter_mut().find(|s| s.is_none()) {
+                Some(slot) => *slot = Some(l.clone()),
+                None => ls.push(Some(l.clone()), GFP_KERNEL)?,
+            }
+        }
+        l.start();
+        Ok(())
+    }
+
+    fn destroy_listen(dev: &Device<Self>, id: CmId) -> Result {
+        let found = {
+            let mut ls = dev.data().listeners.lock();
+            ls.iter_mut()
+                .find(|s| s.as_ref().is_some_and(|l| l.id_addr() == id.addr()))
+                .and_then(|s| s.take())
+        };
+        match found {
+            Some(l) => {
+                l.stop();
+                Ok(())
+            }
+            None => Err(EINVAL),
+        }
+    }
+
+    fn get_qp(dev: &Device<Self>, qpn: u32) -> Option<NonNull<ffi::ib_qp>> {
+        dev.data().qps.lock().get(qpn)
+    }
+
+    fn add_ref(qp: &Qp<Self>) {
+        qp::cm_ref(qp);
+    }
+
+    fn rem_ref(qp: &Qp<Self>) {
+        qp::cm_unref(qp);
     }
 }
 

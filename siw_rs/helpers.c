@@ -8,6 +8,8 @@
 #include <linux/mutex.h>
 #include <linux/spinlock.h>
 #include <net/addrconf.h>
+#include <net/sock.h>
+#include <net/tcp.h>
 #include <rdma/rdma_netlink.h>
 
 #include "helpers.h"
@@ -78,6 +80,16 @@ void siw_rs_h_spin_unlock_irqrestore(spinlock_t *lock, unsigned long flags)
 	spin_unlock_irqrestore(lock, flags);
 }
 
+void siw_rs_h_spin_lock_bh(spinlock_t *lock)
+{
+	spin_lock_bh(lock);
+}
+
+void siw_rs_h_spin_unlock_bh(spinlock_t *lock)
+{
+	spin_unlock_bh(lock);
+}
+
 void siw_rs_h_atomic_inc(atomic_t *v)
 {
 	atomic_inc(v);
@@ -86,6 +98,67 @@ void siw_rs_h_atomic_inc(atomic_t *v)
 void siw_rs_h_atomic_dec(atomic_t *v)
 {
 	atomic_dec(v);
+}
+
+struct net *siw_rs_h_dev_net(struct net_device *dev)
+{
+	return dev_net(dev);
+}
+
+void siw_rs_h_sk_callback_write_lock(struct sock *sk)
+{
+	write_lock_bh(&sk->sk_callback_lock);
+}
+
+void siw_rs_h_sk_callback_write_unlock(struct sock *sk)
+{
+	write_unlock_bh(&sk->sk_callback_lock);
+}
+
+void siw_rs_h_sk_callback_read_lock(struct sock *sk)
+{
+	read_lock_bh(&sk->sk_callback_lock);
+}
+
+void siw_rs_h_sk_callback_read_unlock(struct sock *sk)
+{
+	read_unlock_bh(&sk->sk_callback_lock);
+}
+
+void siw_rs_h_lock_sock(struct sock *sk)
+{
+	lock_sock(sk);
+}
+
+int siw_rs_h_sk_stream_wspace(const struct sock *sk)
+{
+	return sk_stream_wspace(sk);
+}
+
+void siw_rs_h_sk_set_nospace(struct sock *sk)
+{
+	set_bit(SOCK_NOSPACE, &sk->sk_socket->flags);
+}
+
+int siw_rs_h_sk_state(const struct sock *sk)
+{
+	return READ_ONCE(sk->sk_state);
+}
+
+void siw_rs_h_sk_set_timeouts(struct sock *sk, long rcv_jiffies, long snd_jiffies)
+{
+	WRITE_ONCE(sk->sk_rcvtimeo, rcv_jiffies);
+	WRITE_ONCE(sk->sk_sndtimeo, snd_jiffies);
+}
+
+long siw_rs_h_msecs_to_jiffies(unsigned int ms)
+{
+	return msecs_to_jiffies(ms);
+}
+
+void siw_rs_h_sk_set_reuseaddr(struct sock *sk)
+{
+	sock_set_reuseaddr(sk);
 }
 
 static DEFINE_MUTEX(siw_rs_registry_mutex);

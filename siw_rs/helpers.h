@@ -9,6 +9,7 @@
 
 #include <linux/netdevice.h>
 #include <rdma/ib_verbs.h>
+#include <net/sock.h>
 
 struct net_device *siw_rs_h_netdev_notifier_info_to_dev(void *info);
 void siw_rs_h_dev_put(struct net_device *dev);
@@ -23,8 +24,24 @@ int siw_rs_h_num_possible_cpus(void);
 
 unsigned long siw_rs_h_spin_lock_irqsave(spinlock_t *lock);
 void siw_rs_h_spin_unlock_irqrestore(spinlock_t *lock, unsigned long flags);
+void siw_rs_h_spin_lock_bh(spinlock_t *lock);
+void siw_rs_h_spin_unlock_bh(spinlock_t *lock);
 void siw_rs_h_atomic_inc(atomic_t *v);
 void siw_rs_h_atomic_dec(atomic_t *v);
+
+/* Sockets (net.rs). */
+struct net *siw_rs_h_dev_net(struct net_device *dev);
+void siw_rs_h_sk_callback_write_lock(struct sock *sk);
+void siw_rs_h_sk_callback_write_unlock(struct sock *sk);
+void siw_rs_h_sk_callback_read_lock(struct sock *sk);
+void siw_rs_h_sk_callback_read_unlock(struct sock *sk);
+void siw_rs_h_lock_sock(struct sock *sk);
+int siw_rs_h_sk_stream_wspace(const struct sock *sk);
+void siw_rs_h_sk_set_nospace(struct sock *sk);
+int siw_rs_h_sk_state(const struct sock *sk);
+void siw_rs_h_sk_set_timeouts(struct sock *sk, long rcv_jiffies, long snd_jiffies);
+long siw_rs_h_msecs_to_jiffies(unsigned int ms);
+void siw_rs_h_sk_set_reuseaddr(struct sock *sk);
 
 /* The one lock of the device registry in registry.rs. */
 void siw_rs_h_registry_lock(void);

@@ -83,7 +83,7 @@ unsafe impl<T: Driver> Send for Device<T> {}
 // SAFETY: as above.
 unsafe impl<T: Driver> Sync for Device<T> {}
 
-impl<T: crate::verbs::Verbs> Device<T> {
+impl<T: crate::iw::IwCm> Device<T> {
     /// Allocates a device holding `data`, with `T`'s callbacks installed.
     ///
     /// The result is owned by the caller until [`NewDevice::register`]
@@ -113,6 +113,7 @@ impl<T: crate::verbs::Verbs> Device<T> {
             ..Default::default()
         };
         crate::verbs::install::<T>(&mut ops);
+        crate::iw::install::<T>(&mut ops);
         unsupported::install(&mut ops);
         // SAFETY: `raw` is a valid `ib_device`; the core copies `ops`, so a
         // stack value is fine. From here on `ib_dealloc_device` runs

@@ -113,6 +113,54 @@ impl Mem {
         }
     }
 
+    /// The most ranges [`Mem::translate`] can produce for `len` bytes.
+    pub(crate) fn max_ranges(&self, len: u64) -> usize {
+        match &self.state.lock().kind {
+            Kind::Dma => 1,
+            Kind::Fast { page_size, .. } => {
+                let ps = u64::from(*page_size).max(1);
+                usize::try_from(len.checked_div(ps).unwrap_or(0).saturating_add(2)).unwrap_or(usize::MAX)
+            }
+        }
+    }
+
+    /// Calls `f` with the kernel virtual address ranges that hold `len`
+    /// bytes at `addr` (already checked with [`Mem::check`]), in order.
+    /// Fails with `Bounds` if a range cannot be resolved.
+    pub(crate) fn translate(&self, addr: u64, len: u64, mut f: impl FnMut(u64, usize)) -> Result<(), AccessError> {
+        let s = self.state.lock();
+        match &s.kind {
+            Kind::Dma => {
+                let n = usize::try_from(len).map_err(|_| AccessError::Bounds)?;
+                f(addr, n);
+                Ok(())
+            }
+            Kind::Fast { pages, npages, iova, page_size, .. } => {
+                let ps = u64::from(*page_size);
+                if ps == 0 {
+                    return Err(AccessError::Bounds);
+                }
+                // The first page starts at the page-aligned IOVA.
+                let base = *iova & !(ps - 1);
+                let mut off = addr.checked_sub(base).ok_or(AccessError::Bounds)?;
+                let mut left = len;
+                while left > 0 {
+                    let idx = usize::try_from(off.checked_div(ps).ok_or(AccessError::Bounds)?).map_err(|_| AccessError::Bounds)?;
+                    if idx >= *npages {
+                        return Err(AccessError::Bounds);
+                    }
+                    let in_page = off.checked_rem(ps).ok_or(AccessError::Bounds)?;
+                    let page = *pages.get(idx).ok_or(AccessError::Bounds)?;
+                    let n = left.min(ps - in_page);
+                    f(page + in_page, usize::try_from(n).map_err(|_| AccessError::Bounds)?);
+                    off += n;
+                    left -= n;
+                }
+                Ok(())
+            }
+        }
+    }
+
     /// Starts a new page list (`map_mr_sg`).
     pub(crate) fn reset_pages(&self) {
         if let Kind::Fast { npages, .. } = &mut self.state.lock().kind {

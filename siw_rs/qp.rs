@@ -38,9 +38,16 @@ use crate::{
         Wc, WcOpcode, WcStatus,
     },
 };
-use kernel::{prelude::*, sync::Arc};
+use crate::conn::Conn;
+use core::ptr::NonNull;
+use kernel::{
+    new_condvar,
+    prelude::*,
+    sync::{Arc, CondVar},
+};
 
-const NSGE: usize = MAX_SGE as usize;
+/// SGEs a WQE holds.
+pub(crate) const NSGE: usize = MAX_SGE as usize;
 
 /// A send-queue operation as the driver keeps it.
 pub(crate) enum WqeOp {
@@ -141,6 +148,18 @@ struct Inner {
     ord: u32,
     sq: Fifo<SendWqe>,
     rq: Fifo<RecvWqe>,
+    /// Sent WQEs awaiting completion in order: outbound RDMA Reads (until
+    /// their response arrives) and everything sent after them (`true` once
+    /// it may complete).
+    pending: Fifo<(SendWqe, bool)>,
+    /// Outbound Reads in flight (bounded by ORD).
+    reads_out: u32,
+    /// Inbound Read Requests to answer (bounded by IRD).
+    inbound: Fifo<ReadJob>,
+    /// The connection while one is established.
+    conn: Option<Arc<Conn>>,
+    /// References the iWARP CM holds (`iw_add_ref`).
+    cm_refs: u32,
 }
 
 /// A QP's state (`<SiwRs as Driver>::Qp` is an `Arc` of it).
@@ -153,6 +172,9 @@ pub(crate) struct QpCore {
     stags: Arc<Stags>,
     #[pin]
     inner: IrqSpinLock<Inner>,
+    /// Signalled when the connection unlinks itself or a CM reference goes.
+    #[pin]
+    idle: CondVar,
 }
 
 fn check_caps(c: &QpCaps, has_srq: bool) -> Result {
@@ -198,6 +220,11 @@ impl QpCore {
             ord: 0,
             sq: Fifo::new(attr.caps.max_send_wr)?,
             rq: Fifo::new(attr.caps.max_recv_wr)?,
+            pending: Fifo::new(attr.caps.max_send_wr)?,
+            reads_out: 0,
+            inbound: Fifo::new(MAX_IRD)?,
+            conn: None,
+            cm_refs: 0,
         };
         Arc::pin_init(
             pin_init!(QpCore {
@@ -206,6 +233,7 @@ impl QpCore {
                 has_srq: attr.has_srq,
                 stags,
                 inner <- new_irq_spinlock!(inner, "siw_rs_qp"),
+                idle <- new_condvar!("siw_rs_qp_idle"),
             }),
             GFP_KERNEL,
         )
@@ -275,6 +303,11 @@ fn flush_recv(qp: &Qp<SiwRs>, wqe: &RecvWqe, wakes: &mut Wakes) {
 /// Moves the QP to ERROR under its lock and flushes both queues in order.
 fn enter_error(qp: &Qp<SiwRs>, inner: &mut Inner, wakes: &mut Wakes) {
     inner.state = QpState::Err;
+    inner.reads_out = 0;
+    while inner.inbound.pop().is_some() {}
+    while let Some((w, _)) = inner.pending.pop() {
+        flush_send(qp, &w, wakes);
+    }
     while let Some(w) = inner.sq.pop() {
         flush_send(qp, &w, wakes);
     }
@@ -300,6 +333,7 @@ fn allowed(from: QpState, to: QpState) -> bool {
 pub(crate) fn modify(qp: &Qp<SiwRs>, m: &QpModify) -> Result {
     let core = qp.data();
     let mut wakes = Wakes::none();
+    let mut close: Option<(Arc<Conn>, bool)> = None;
     let res = (|| {
         let mut inner = core.inner.lock();
         if let Some(cur) = m.cur_state {
@@ -335,6 +369,15 @@ pub(crate) fn modify(qp: &Qp<SiwRs>, m: &QpModify) -> Result {
         if let Some(ird) = m.ird {
             inner.ird = ird;
         }
+        if next != inner.state {
+            if let Some(c) = &inner.conn {
+                match next {
+                    QpState::Err | QpState::Sqe => close = Some((c.clone(), false)),
+                    QpState::Sqd => close = Some((c.clone(), true)),
+                    _ => {}
+                }
+            }
+        }
         match next {
             QpState::Err if inner.state != QpState::Err => enter_error(qp, &mut inner, &mut wakes),
             QpState::Reset if inner.state == QpState::Err => {
@@ -346,6 +389,11 @@ pub(crate) fn modify(qp: &Qp<SiwRs>, m: &QpModify) -> Result {
         Ok(())
     })();
     wakes.run(qp);
+    match close {
+        Some((c, true)) => c.close_graceful(),
+        Some((c, false)) => c.close(None),
+        None => {}
+    }
     res
 }
 
@@ -428,16 +476,19 @@ pub(crate) fn post_send(qp: &Qp<SiwRs>, wr: &SendWr<'_, SiwRs>) -> Result {
     let res = {
         let mut inner = core.inner.lock();
         match inner.state {
-            QpState::Rts => inner.sq.push(wqe),
+            QpState::Rts => inner.sq.push(wqe).map(|()| inner.conn.clone()),
             QpState::Err => {
                 flush_send(qp, &wqe, &mut wakes);
-                Ok(())
+                Ok(None)
             }
             _ => Err(crate::verbs::enotconn()),
         }
     };
     wakes.run(qp);
-    res
+    if let Ok(Some(conn)) = &res {
+        conn.kick();
+    }
+    res.map(|_| ())
 }
 
 /// `post_recv`: one work request.
@@ -464,15 +515,27 @@ pub(crate) fn post_recv(qp: &Qp<SiwRs>, wr: &RecvWr<'_>) -> Result {
     res
 }
 
-/// `destroy_qp`: drops outstanding work without completions (the consumer
-/// destroys a QP only after draining it; completions for a QP that no
-/// longer exists could not be attributed).
+/// `destroy_qp`: moves the QP to ERROR (closing its connection), waits
+/// until the connection has unlinked itself and the connection manager has
+/// dropped its references, then drops outstanding work without completions
+/// (a consumer destroys a QP only after draining it; completions for a QP
+/// that no longer exists could not be attributed).
 pub(crate) fn destroy(qp: &Qp<SiwRs>) {
-    let (sq, rq) = {
-        let mut inner = qp.data().inner.lock();
+    let core = qp.data();
+    let conn = {
+        let mut inner = core.inner.lock();
         inner.state = QpState::Err;
-        (core::mem::replace(&mut inner.sq.len, 0), core::mem::replace(&mut inner.rq.len, 0))
+        inner.conn.clone()
     };
+    if let Some(c) = conn {
+        c.close(None);
+    }
+    let mut inner = core.inner.lock();
+    while inner.conn.is_some() || inner.cm_refs > 0 {
+        core.idle.wait(&mut inner);
+    }
+    let (sq, rq) = (core::mem::replace(&mut inner.sq.len, 0), core::mem::replace(&mut inner.rq.len, 0));
+    drop(inner);
     if sq != 0 || rq != 0 {
         pr_debug!("qp {}: destroyed with {} send and {} receive requests\n", qp.qp_num(), sq, rq);
     }
@@ -481,4 +544,348 @@ pub(crate) fn destroy(qp: &Qp<SiwRs>) {
 /// The STag table a QP checks against.
 pub(crate) fn stags(qp: &Qp<SiwRs>) -> &Arc<Stags> {
     &qp.data().stags
+}
+
+/// The connection manager established a connection: IDLE to RTS.
+pub(crate) fn establish(qp: &Qp<SiwRs>, conn: Arc<Conn>, ird: u32, ord: u32) -> Result {
+    let mut inner = qp.data().inner.lock();
+    if !matches!(inner.state, QpState::Init | QpState::Rtr) || inner.conn.is_some() {
+        return Err(EINVAL);
+    }
+    inner.state = QpState::Rts;
+    inner.ird = ird;
+    inner.ord = ord;
+    inner.conn = Some(conn);
+    Ok(())
+}
+
+/// The QP's connection, if any.
+pub(crate) fn conn_of(qp: &Qp<SiwRs>) -> Option<Arc<Conn>> {
+    qp.data().inner.lock().conn.clone()
+}
+
+/// The connection finished its teardown.
+pub(crate) fn conn_closed(qp: &Qp<SiwRs>) {
+    let core = qp.data();
+    let old = core.inner.lock().conn.take();
+    core.idle.notify_all();
+    // The last reference may be this one: drop it outside the lock.
+    drop(old);
+}
+
+/// Moves the QP to ERROR (if not there) and flushes it.
+pub(crate) fn to_error(qp: &Qp<SiwRs>) {
+    let mut wakes = Wakes::none();
+    {
+        let mut inner = qp.data().inner.lock();
+        if inner.state != QpState::Err {
+            enter_error(qp, &mut inner, &mut wakes);
+        }
+    }
+    wakes.run(qp);
+}
+
+/// Whether nothing is left to transmit (for a graceful close).
+pub(crate) fn sq_empty(qp: &Qp<SiwRs>) -> bool {
+    let inner = qp.data().inner.lock();
+    inner.sq.len == 0 && inner.inbound.len == 0 && inner.reads_out == 0
+}
+
+/// An inbound RDMA Read Request to answer.
+pub(crate) struct ReadJob {
+    pub(crate) req: crate::iwarp::rdmap::ReadRequest,
+    /// The source region (`None` for a zero-length read).
+    pub(crate) mem: Option<Arc<Mem>>,
+}
+
+/// What the transmitter does next.
+pub(crate) enum Job {
+    /// Answer an inbound Read Request.
+    Response(ReadJob),
+    /// Transmit or execute a send WQE.
+    Wqe(SendWqe),
+}
+
+fn is_read(op: &WqeOp) -> bool {
+    matches!(op, WqeOp::Read { .. } | WqeOp::ReadInv { .. })
+}
+
+/// The next job, while in RTS: Read Responses first, then the send queue
+/// in order, honouring the fence bit and the ORD.
+pub(crate) fn next_job(qp: &Qp<SiwRs>) -> Option<Job> {
+    let mut inner = qp.data().inner.lock();
+    if inner.state != QpState::Rts {
+        return None;
+    }
+    if let Some(j) = inner.inbound.pop() {
+        return Some(Job::Response(j));
+    }
+    let (fence, read) = {
+        let head = inner.sq.slots.get(inner.sq.head).and_then(|s| s.as_ref());
+        match head {
+            Some(w) if inner.sq.len > 0 => (w.fence, is_read(&w.op)),
+            _ => return None,
+        }
+    };
+    if fence && inner.reads_out > 0 {
+        return None;
+    }
+    if read && inner.reads_out >= inner.ord.max(1) {
+        return None;
+    }
+    inner.sq.pop().map(Job::Wqe)
+}
+
+/// A WQE was transmitted (or executed) successfully: an RDMA Read now
+/// waits for its response; other WQEs complete at once unless an earlier
+/// Read is still outstanding.
+pub(crate) fn sent(qp: &Qp<SiwRs>, w: SendWqe) {
+    let mut inner = qp.data().inner.lock();
+    if inner.state == QpState::Rts {
+        if is_read(&w.op) {
+            if inner.pending.len < inner.pending.slots.len() {
+                inner.reads_out += 1;
+                let _ = inner.pending.push((w, false));
+                return;
+            }
+        } else if inner.pending.len > 0 && inner.pending.len < inner.pending.slots.len() {
+            let _ = inner.pending.push((w, true));
+            return;
+        }
+    }
+    drop(inner);
+    complete_send(qp, w, WcStatus::Success);
+}
+
+/// The response of the oldest outstanding Read arrived completely.
+/// Completes it and what waited behind it; returns its sink STag if it
+/// asked for a local invalidation (done by the caller first).
+pub(crate) fn read_done(qp: &Qp<SiwRs>) -> bool {
+    {
+        let mut inner = qp.data().inner.lock();
+        let head = inner.pending.head;
+        let cap = inner.pending.slots.len();
+        let mut found = false;
+        for k in 0..inner.pending.len {
+            let mut i = head + k;
+            if i >= cap {
+                i -= cap;
+            }
+            if let Some(Some((w, d))) = inner.pending.slots.get_mut(i) {
+                if !*d && is_read(&w.op) {
+                    *d = true;
+                    found = true;
+                    break;
+                }
+            }
+        }
+        if !found {
+            return false;
+        }
+        inner.reads_out = inner.reads_out.saturating_sub(1);
+    }
+    // Complete from the head while entries are done, one at a time so no
+    // lock is held while completing.
+    loop {
+        let next = {
+            let mut inner = qp.data().inner.lock();
+            match inner.pending.slots.get(inner.pending.head) {
+                Some(Some((_, true))) if inner.pending.len > 0 => inner.pending.pop(),
+                _ => None,
+            }
+        };
+        match next {
+            Some((w, _)) => complete_send(qp, w, WcStatus::Success),
+            None => break,
+        }
+    }
+    true
+}
+
+/// The sink of the oldest outstanding Read: (lkey, addr, len, invalidate).
+pub(crate) fn read_sink(qp: &Qp<SiwRs>) -> Option<(u32, u64, u32, bool)> {
+    let inner = qp.data().inner.lock();
+    let head = inner.pending.head;
+    let cap = inner.pending.slots.len();
+    for k in 0..inner.pending.len {
+        let mut i = head + k;
+        if i >= cap {
+            i -= cap;
+        }
+        if let Some(Some((w, false))) = inner.pending.slots.get(i) {
+            let s = w.sges.first().copied().unwrap_or_default();
+            let inv = matches!(w.op, WqeOp::ReadInv { .. });
+            return Some((s.lkey, s.addr, w.len, inv));
+        }
+    }
+    None
+}
+
+/// Whether another inbound Read Request fits the IRD.
+pub(crate) fn inbound_room(qp: &Qp<SiwRs>) -> bool {
+    let inner = qp.data().inner.lock();
+    inner.state == QpState::Rts && inner.inbound.len < usize::try_from(inner.ird.max(1)).unwrap_or(1)
+}
+
+/// Queues an inbound Read Request; `Err` beyond the IRD.
+pub(crate) fn queue_response(qp: &Qp<SiwRs>, job: ReadJob) -> core::result::Result<(), ()> {
+    let mut inner = qp.data().inner.lock();
+    if inner.inbound.len >= usize::try_from(inner.ird.max(1)).unwrap_or(1) {
+        return Err(());
+    }
+    inner.inbound.push(job).map_err(|_| ())
+}
+
+/// Completes a send WQE taken by [`next_send`]: a completion if it was
+/// signalled or failed; a failure also moves the QP to ERROR.
+pub(crate) fn complete_send(qp: &Qp<SiwRs>, w: SendWqe, status: WcStatus) {
+    let mut wakes = Wakes::none();
+    {
+        let mut inner = qp.data().inner.lock();
+        let status = if status == WcStatus::Success && inner.state == QpState::Err {
+            WcStatus::WrFlushErr
+        } else {
+            status
+        };
+        if w.signaled || status != WcStatus::Success {
+            let wc = Wc {
+                wr_id: w.wr_id,
+                status,
+                opcode: w.op.wc_opcode(),
+                byte_len: w.len,
+                qp: qp.id(),
+                imm: None,
+                invalidated: None,
+            };
+            Wakes::merge(&mut wakes.send, cq::push(qp.send_cq(), wc, false));
+        }
+        if status != WcStatus::Success && status != WcStatus::WrFlushErr && inner.state != QpState::Err {
+            enter_error(qp, &mut inner, &mut wakes);
+        }
+    }
+    drop(w);
+    wakes.run(qp);
+}
+
+/// Executes a local operation (registration, invalidation) at its turn in
+/// the send queue.
+pub(crate) fn execute_local(qp: &Qp<SiwRs>, w: &SendWqe) -> core::result::Result<(), crate::mem::AccessError> {
+    match &w.op {
+        WqeOp::RegMr { mem, key, access, iova, len, page_size } => {
+            mem.register(*key, *access, *iova, *len, *page_size)
+        }
+        WqeOp::LocalInv(stag) => match crate::mem::lookup(stags(qp), *stag) {
+            Some(m) => m.invalidate(*stag),
+            None => Err(crate::mem::AccessError::InvalidStag),
+        },
+        _ => Ok(()),
+    }
+}
+
+/// The length of the receive WQE at the head of the RQ.
+pub(crate) fn peek_recv_len(qp: &Qp<SiwRs>) -> Option<u32> {
+    let inner = qp.data().inner.lock();
+    if inner.state != QpState::Rts || inner.rq.len == 0 {
+        return None;
+    }
+    inner.rq.slots.get(inner.rq.head).and_then(|s| s.as_ref()).map(|w| w.len)
+}
+
+/// Takes the receive WQE at the head of the RQ.
+pub(crate) fn pop_recv(qp: &Qp<SiwRs>) -> Option<RecvWqe> {
+    let mut inner = qp.data().inner.lock();
+    if inner.state != QpState::Rts {
+        return None;
+    }
+    inner.rq.pop()
+}
+
+/// Completes a receive WQE.
+pub(crate) fn complete_recv(qp: &Qp<SiwRs>, w: RecvWqe, status: WcStatus, len: u32, solicited: bool, inv: Option<u32>) {
+    let mut wakes = Wakes::none();
+    {
+        let mut inner = qp.data().inner.lock();
+        let status = if status == WcStatus::Success && inner.state == QpState::Err {
+            WcStatus::WrFlushErr
+        } else {
+            status
+        };
+        let wc = Wc {
+            wr_id: w.wr_id,
+            status,
+            opcode: WcOpcode::Recv,
+            byte_len: len,
+            qp: qp.id(),
+            imm: None,
+            invalidated: inv,
+        };
+        Wakes::merge(&mut wakes.recv, cq::push(qp.recv_cq(), wc, solicited));
+        if status != WcStatus::Success && status != WcStatus::WrFlushErr && inner.state != QpState::Err {
+            enter_error(qp, &mut inner, &mut wakes);
+        }
+    }
+    wakes.run(qp);
+}
+
+/// `iw_add_ref`.
+pub(crate) fn cm_ref(qp: &Qp<SiwRs>) {
+    let mut inner = qp.data().inner.lock();
+    inner.cm_refs = inner.cm_refs.saturating_add(1);
+}
+
+/// `iw_rem_ref`.
+pub(crate) fn cm_unref(qp: &Qp<SiwRs>) {
+    let core = qp.data();
+    {
+        let mut inner = core.inner.lock();
+        inner.cm_refs = inner.cm_refs.saturating_sub(1);
+    }
+    core.idle.notify_all();
+}
+
+/// QP numbers of a device, for `iw_get_qp`.
+pub(crate) struct QpTable {
+    slots: KVVec<Option<NonNull<crate::ffi::ib_qp>>>,
+    next: usize,
+}
+
+// SAFETY: the table stores identities of QPs; it is only read under its
+// lock and entries are removed before the QP memory goes.
+unsafe impl Send for QpTable {}
+
+/// First QP number handed out (0 and 1 are special in the verbs model).
+const FIRST_QPN: usize = 2;
+
+impl QpTable {
+    /// A table for `limits::MAX_QP` QPs.
+    pub(crate) fn new() -> Result<Self> {
+        let n = usize::try_from(crate::limits::MAX_QP).map_err(|_| EINVAL)? + FIRST_QPN;
+        Ok(QpTable { slots: KVVec::from_elem(None, n, GFP_KERNEL)?, next: FIRST_QPN })
+    }
+
+    /// Enters a QP; returns its number.
+    pub(crate) fn insert(&mut self, qp: NonNull<crate::ffi::ib_qp>) -> Result<u32> {
+        let n = self.slots.len();
+        for _ in 0..n {
+            let i = if self.next >= n { FIRST_QPN } else { self.next };
+            self.next = i + 1;
+            if let Some(slot @ None) = self.slots.get_mut(i) {
+                *slot = Some(qp);
+                return u32::try_from(i).map_err(|_| ENOMEM);
+            }
+        }
+        Err(ENOMEM)
+    }
+
+    /// Removes QP number `qpn`.
+    pub(crate) fn remove(&mut self, qpn: u32) {
+        if let Some(slot) = usize::try_from(qpn).ok().and_then(|i| self.slots.get_mut(i)) {
+            *slot = None;
+        }
+    }
+
+    /// The QP with number `qpn`.
+    pub(crate) fn get(&self, qpn: u32) -> Option<NonNull<crate::ffi::ib_qp>> {
+        usize::try_from(qpn).ok().and_then(|i| self.slots.get(i)).copied().flatten()
+    }
 }

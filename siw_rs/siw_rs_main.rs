@@ -15,14 +15,19 @@
 
 use kernel::prelude::*;
 
+mod cm;
+mod conn;
 mod cq;
 mod device;
 mod ffi;
 mod ib;
+mod iw;
 pub mod iwarp;
+mod kmem;
 mod limits;
 mod link;
 mod mem;
+mod net;
 mod netdev;
 mod qp;
 mod registry;

@@ -53,3 +53,45 @@ unsafe impl Backend for IrqSpinLockBackend {
         unsafe { ffi::siw_rs_h_spin_unlock_irqrestore(ptr.cast(), *flags) }
     }
 }
+
+/// A spinlock that disables bottom halves while held: for state shared
+/// between process context and softirq context that is never touched from
+/// hard interrupts (the receive path, which calls into the TCP stack, which
+/// may re-enable bottom halves but must not run with interrupts off).
+pub(crate) type BhSpinLock<T> = kernel::sync::lock::Lock<T, BhSpinLockBackend>;
+
+/// Creates a [`BhSpinLock`] initialiser with a static lock class.
+macro_rules! new_bh_spinlock {
+    ($inner:expr $(, $name:literal)? $(,)?) => {
+        $crate::sync::BhSpinLock::new(
+            $inner, kernel::optional_name!($($name)?), kernel::static_lock_class!())
+    };
+}
+pub(crate) use new_bh_spinlock;
+
+/// The backend of [`BhSpinLock`].
+pub(crate) struct BhSpinLockBackend;
+
+// SAFETY: `lock` acquires the spinlock (exclusive until `unlock`) with
+// bottom halves disabled, `unlock` releases it and re-enables them; `init`
+// initialises it with the given class.
+unsafe impl Backend for BhSpinLockBackend {
+    type State = bindings::spinlock_t;
+    type GuardState = ();
+
+    unsafe fn init(ptr: *mut Self::State, name: *const c_char, key: *mut bindings::lock_class_key) {
+        // SAFETY: the caller passes a valid, uninitialised spinlock and a
+        // static name and class.
+        unsafe { bindings::__spin_lock_init(ptr, name, key) }
+    }
+
+    unsafe fn lock(ptr: *mut Self::State) -> Self::GuardState {
+        // SAFETY: the caller passes an initialised spinlock.
+        unsafe { ffi::siw_rs_h_spin_lock_bh(ptr.cast()) }
+    }
+
+    unsafe fn unlock(ptr: *mut Self::State, _: &Self::GuardState) {
+        // SAFETY: the caller holds the lock.
+        unsafe { ffi::siw_rs_h_spin_unlock_bh(ptr.cast()) }
+    }
+}

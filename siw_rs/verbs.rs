@@ -747,6 +747,11 @@ impl<T: Driver> QpSlot<T> {
     pub(crate) fn id(&self) -> usize {
         self.raw.as_ptr() as usize
     }
+
+    /// The raw QP (for the device's QP-number table).
+    pub(crate) fn raw(&self) -> NonNull<ffi::ib_qp> {
+        self.raw
+    }
 }
 
 /// Installs the verbs callbacks of `T` and the object sizes into `ops`.

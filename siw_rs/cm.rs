@@ -1,0 +1,374 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Connection management: listening, the MPA handshake in both roles, and
+//! handing an established connection to its QP.
+//!
+//! Driver logic; the one `unsafe` turns the provider-data token of a
+//! connection request back into its reference. Every blocking step (TCP connect, reading the
+//! peer's MPA frame, sending ours) runs in a work item of the long-running
+//! system queue with a socket timeout ([`MPA_TIMEOUT_MS`]), so a silent or
+//! slow peer costs a worker for at most that long and never hangs the
+//! consumer. The passive side keeps the socket and the handshake state of a
+//! connection request in a [`Pending`] whose reference the CM stores as the
+//! child id's provider data until `iw_accept` or `iw_reject` takes it back.
+
+use crate::{
+    conn::Conn,
+    device::SiwRs,
+    ib::Device,
+    iw::{CmEvent, CmEventKind, CmId, ConnParam},
+    iwarp::mpa::{EnhancedConfig, Event, Handshake, MpaConfig, Negotiated, FRAME_HEADER_LEN, MAX_FRAME_LEN},
+    limits::{MAX_IRD, MAX_ORD},
+    net::{ffi_err, Net, SockAddr, SockHandler, SockRef, Socket},
+    qp,
+    verbs::Qp,
+};
+use core::sync::atomic::{AtomicBool, Ordering};
+use kernel::{
+    new_mutex,
+    prelude::*,
+    sync::{Arc, ArcBorrow, Mutex},
+    workqueue,
+};
+
+/// How long each handshake step may take.
+pub(crate) const MPA_TIMEOUT_MS: u32 = 10_000;
+
+fn mpa_config(ird: u32, ord: u32, private_data: &[u8]) -> MpaConfig<'_> {
+    let ird = u16::try_from(ird.min(MAX_IRD)).unwrap_or(0);
+    let ord = u16::try_from(ord.min(MAX_ORD)).unwrap_or(0);
+    let mut e = EnhancedConfig::new(ird, ord);
+    e.ird_max = u16::try_from(MAX_IRD).unwrap_or(0);
+    MpaConfig { enhanced: Some(e), private_data, ..MpaConfig::default() }
+}
+
+/// Reads exactly `buf.len()` octets.
+fn recv_exact(sock: &Socket, buf: &mut [u8]) -> Result {
+    let mut off = 0;
+    while off < buf.len() {
+        let n = sock.recv(buf.get_mut(off..).unwrap_or(&mut []))?;
+        if n == 0 {
+            return Err(ffi_err(crate::ffi::ECONNRESET));
+        }
+        off += n;
+    }
+    Ok(())
+}
+
+/// Reads the peer's MPA frame (exactly its octets, so FPDUs that follow
+/// stay in the socket for the data path) and feeds it to `hs`. Returns the
+/// event and the length of its private data at the end of `frame`.
+fn read_frame<'a>(sock: &Socket, hs: &'a mut Handshake, frame: &mut [u8; MAX_FRAME_LEN]) -> Result<Option<Event<'a>>> {
+    let (head, rest) = frame.split_at_mut(FRAME_HEADER_LEN);
+    recv_exact(sock, head)?;
+    let pd_len = usize::from(u16::from_be_bytes([head[18], head[19]]));
+    if pd_len > rest.len() {
+        return Err(ffi_err(crate::ffi::EPROTO));
+    }
+    let (pd, _) = rest.split_at_mut(pd_len);
+    recv_exact(sock, pd)?;
+    let total = FRAME_HEADER_LEN + pd_len;
+    let f = hs.feed(frame.get(..total).unwrap_or(&[])).map_err(|_| ffi_err(crate::ffi::EPROTO))?;
+    if f.consumed != total {
+        return Err(ffi_err(crate::ffi::EPROTO));
+    }
+    Ok(f.event)
+}
+
+fn event<'a>(kind: CmEventKind, status: i32, local: SockAddr, remote: SockAddr, pd: &'a [u8]) -> CmEvent<'a> {
+    CmEvent { kind, status, local, remote, private_data: pd, provider_data: 0, ird: 0, ord: 0 }
+}
+
+// ---------------------------------------------------------------------------
+// Active side
+// ---------------------------------------------------------------------------
+
+/// `iw_connect`: the TCP connection and the handshake run in a work item;
+/// the outcome is reported with a CONNECT_REPLY event.
+pub(crate) fn connect(dev: &Device<SiwRs>, id: CmId, qp: &Qp<SiwRs>, p: &ConnParam<'_>) -> Result {
+    let net = dev.data().net(dev)?;
+    let mut pd = KVec::new();
+    pd.extend_from_slice(p.private_data, GFP_KERNEL)?;
+    let (ird, ord) = (p.ird, p.ord);
+    let qpp = crate::conn::QpPtr::new(qp);
+    // The QP stays alive: the CM holds a reference (`iw_add_ref`) until
+    // the CONNECT_REPLY is delivered.
+    workqueue::system_long().try_spawn(GFP_KERNEL, move || {
+        let qp = qpp.qp();
+        let local = id.local_addr();
+        let remote = id.remote_addr();
+        match active(net, &id, qp, ird, ord, &pd) {
+            Ok((conn, neg, reply_pd)) => {
+                let (l, r) = conn.addrs();
+                let mut ev = event(CmEventKind::ConnectReply, 0, l, r, &reply_pd);
+                ev.ird = u8::try_from(neg.ird).unwrap_or(u8::MAX);
+                ev.ord = u8::try_from(neg.ord).unwrap_or(u8::MAX);
+                conn.attach();
+                id.deliver(&ev);
+            }
+            Err((e, reply_pd)) => {
+                pr_debug!("active connect failed: {:?}\n", e);
+                id.deliver(&event(CmEventKind::ConnectReply, e.to_errno(), local, remote, &reply_pd));
+            }
+        }
+    })?;
+    Ok(())
+}
+
+type ActiveErr = (Error, KVec<u8>);
+
+fn active(net: Net, id: &CmId, qp: &Qp<SiwRs>, ird: u32, ord: u32, pd: &[u8]) -> core::result::Result<(Arc<Conn>, Negotiated, KVec<u8>), ActiveErr> {
+    let fail = |e: Error| (e, KVec::new());
+    let remote = id.remote_addr();
+    let local = id.local_addr();
+    let sock = Socket::new(net, remote.family()).map_err(fail)?;
+    sock.set_timeouts(MPA_TIMEOUT_MS, MPA_TIMEOUT_MS);
+    if local.port() != 0 {
+        sock.bind(&local).map_err(fail)?;
+    }
+    sock.connect(&remote).map_err(fail)?;
+    let cfg = mpa_config(ird, ord, pd);
+    let mut out = [0u8; MAX_FRAME_LEN];
+    let (hs, n) = Handshake::initiator(&cfg, &mut out).map_err(|_| fail(EINVAL))?;
+    sock.send_all(&[out.get(..n).unwrap_or(&[])]).map_err(fail)?;
+    let mut hs = KBox::new(hs, GFP_KERNEL).map_err(|_| fail(ENOMEM))?;
+    let mut frame = KBox::new([0u8; MAX_FRAME_LEN], GFP_KERNEL).map_err(|_| fail(ENOMEM))?;
+    let ev = read_frame(&sock, &mut hs, &mut frame).map_err(fail)?;
+    let mut reply_pd = KVec::new();
+    match ev {
+        Some(Event::Established(neg)) => {
+            let _ = reply_pd.extend_from_slice(hs.peer_private_data(), GFP_KERNEL);
+            let conn = Conn::start(qp, sock, neg, id.clone()).map_err(fail)?;
+            qp::establish(qp, conn.clone(), u32::from(neg.ird), u32::from(neg.ord)).map_err(fail)?;
+            Ok((conn, neg, reply_pd))
+        }
+        Some(Event::Rejected { private_data }) => {
+            let _ = reply_pd.extend_from_slice(private_data, GFP_KERNEL);
+            Err((ffi_err(crate::ffi::ECONNREFUSED), reply_pd))
+        }
+        _ => Err(fail(ffi_err(crate::ffi::EPROTO))),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Passive side
+// ---------------------------------------------------------------------------
+
+/// A listening endpoint.
+#[pin_data]
+pub(crate) struct Listener {
+    id: CmId,
+    sock: Socket,
+    stopped: AtomicBool,
+    #[pin]
+    attached: Mutex<Option<crate::net::Attached<Listener>>>,
+}
+
+impl SockHandler for Listener {
+    const LISTENS: bool = true;
+
+    fn data_ready(this: ArcBorrow<'_, Self>, _sk: &SockRef) {
+        if this.stopped.load(Ordering::Acquire) {
+            return;
+        }
+        // A connection is ready to accept: do it in process context.
+        let me: Arc<Listener> = this.into();
+        let _ = workqueue::system_long().try_spawn(GFP_ATOMIC, move || me.accept_all());
+    }
+
+    fn write_space(_this: ArcBorrow<'_, Self>) {}
+
+    fn state_change(_this: ArcBorrow<'_, Self>, _established: bool) {}
+}
+
+impl Listener {
+    fn accept_all(self: Arc<Self>) {
+        while !self.stopped.load(Ordering::Acquire) {
+            let r = {
+                let a = self.attached.lock();
+                match a.as_ref() {
+                    Some(a) => self.sock.accept_from(a),
+                    None => break,
+                }
+            };
+            match r {
+                Ok(Some(s)) => {
+                    let me = self.clone();
+                    if workqueue::system_long().try_spawn(GFP_KERNEL, move || me.passive(s)).is_err() {
+                        pr_warn!("cannot queue an MPA handshake\n");
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    pr_debug!("accept failed: {:?}\n", e);
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Reads the MPA Request of a new connection and reports it.
+    fn passive(self: Arc<Self>, sock: Socket) {
+        sock.set_timeouts(MPA_TIMEOUT_MS, MPA_TIMEOUT_MS);
+        let res = (|| -> Result<()> {
+            let cfg = mpa_config(MAX_IRD, MAX_ORD, &[]);
+            let mut hs = KBox::new(Handshake::responder(&cfg), GFP_KERNEL)?;
+            let mut frame = KBox::new([0u8; MAX_FRAME_LEN], GFP_KERNEL)?;
+            let (ird, ord, pd_copy) = match read_frame(&sock, &mut hs, &mut frame) {
+                Ok(Some(Event::RequestReceived(req))) => {
+                    let (ird, ord) = req.enhanced.map_or((0, 0), |e| (e.ird, e.ord));
+                    let mut pd = KVec::new();
+                    pd.extend_from_slice(req.private_data, GFP_KERNEL)?;
+                    (ird, ord, pd)
+                }
+                Ok(_) => return Err(ffi_err(crate::ffi::EPROTO)),
+                Err(e) => {
+                    // A well-formed request we refuse by policy gets a
+                    // reject reply, as upstream siw does.
+                    if hs.can_reject() {
+                        let mut out = [0u8; MAX_FRAME_LEN];
+                        if let Ok(n) = hs.reject(&[], &mut out) {
+                            let _ = sock.send_all(&[out.get(..n).unwrap_or(&[])]);
+                        }
+                    }
+                    return Err(e);
+                }
+            };
+            if self.stopped.load(Ordering::Acquire) {
+                return Err(ECONNABORTED_ERR());
+            }
+            let (local, remote) = (sock.local_addr(), sock.peer_addr());
+            let pending = Arc::pin_init(
+                pin_init!(Pending { inner <- new_mutex!(Some(PendingInner { sock, hs })) }),
+                GFP_KERNEL,
+            )?;
+            let token = Arc::into_raw(pending.clone()) as usize;
+            let mut ev = event(CmEventKind::ConnectRequest, 0, local, remote, &pd_copy);
+            ev.provider_data = token;
+            // The peer's IRD is our ORD limit and vice versa.
+            ev.ird = u8::try_from(ord).unwrap_or(u8::MAX);
+            ev.ord = u8::try_from(ird).unwrap_or(u8::MAX);
+            if self.id.deliver(&ev) != 0 {
+                // Not queued: the CM did not keep the token.
+                drop(take_token(token));
+                return Err(ECONNABORTED_ERR());
+            }
+            Ok(())
+        })();
+        if let Err(e) = res {
+            pr_debug!("MPA request refused: {:?}\n", e);
+        }
+    }
+}
+
+#[allow(non_snake_case)]
+fn ECONNABORTED_ERR() -> Error {
+    ffi_err(crate::ffi::ECONNABORTED)
+}
+
+/// A connection request waiting for `iw_accept`/`iw_reject`.
+#[pin_data]
+pub(crate) struct Pending {
+    #[pin]
+    inner: Mutex<Option<PendingInner>>,
+}
+
+struct PendingInner {
+    sock: Socket,
+    hs: KBox<Handshake>,
+}
+
+/// Reclaims the reference `passive` leaked as a provider-data token.
+fn take_token(token: usize) -> Option<Arc<Pending>> {
+    if token == 0 {
+        return None;
+    }
+    // SAFETY: a non-zero token is the `Arc::into_raw` of `passive`, stored
+    // by the CM as the child id's provider data, and taken back exactly once:
+    // `accept`/`reject` zero the provider data right after this call, and
+    // the CM calls one of them at most once per request.
+    Some(unsafe { Arc::from_raw(token as *const Pending) })
+}
+
+/// `iw_create_listen`.
+pub(crate) fn create_listen(dev: &Device<SiwRs>, id: CmId, backlog: i32) -> Result<Arc<Listener>> {
+    let net = dev.data().net(dev)?;
+    let addr = id.local_addr();
+    let sock = Socket::new(net, addr.family())?;
+    sock.bind(&addr)?;
+    sock.listen(backlog.max(1))?;
+    let l = Arc::pin_init(
+        pin_init!(Listener { id, sock, stopped: AtomicBool::new(false), attached <- new_mutex!(None) }),
+        GFP_KERNEL,
+    )?;
+    Ok(l)
+}
+
+impl Listener {
+    /// Installs the accept callback (after the listener is registered so
+    /// the callback can find it).
+    pub(crate) fn start(self: &Arc<Self>) {
+        let a = self.sock.attach(self.clone());
+        *self.attached.lock() = Some(a);
+        // Connections may have queued before the callback was installed.
+        let me = self.clone();
+        let _ = workqueue::system_long().try_spawn(GFP_KERNEL, move || me.accept_all());
+    }
+
+    /// Stops accepting and closes the socket's callbacks.
+    pub(crate) fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
+        if let Some(a) = self.attached.lock().take() {
+            self.sock.detach(a);
+        }
+        self.sock.shutdown();
+    }
+
+    /// The id this listener serves.
+    pub(crate) fn id_addr(&self) -> usize {
+        self.id.addr()
+    }
+}
+
+/// `iw_accept`: sends the MPA Reply and moves the QP to RTS.
+pub(crate) fn accept(id: CmId, qp: &Qp<SiwRs>, p: &ConnParam<'_>) -> Result {
+    let pending = take_token(id.provider_data()).ok_or(EINVAL)?;
+    id.set_provider_data(0);
+    let PendingInner { sock, mut hs } = pending.inner.lock().take().ok_or(EINVAL)?;
+    let ird = u16::try_from(p.ird.min(MAX_IRD)).unwrap_or(0);
+    let ord = u16::try_from(p.ord.min(MAX_ORD)).unwrap_or(0);
+    let mut out = KBox::new([0u8; MAX_FRAME_LEN], GFP_KERNEL)?;
+    let (n, neg) = hs.accept(p.private_data, ird, ord, &mut out[..]).map_err(|_| EINVAL)?;
+    let conn = Conn::start(qp, sock, neg, id.clone())?;
+    qp::establish(qp, conn.clone(), u32::from(neg.ird), u32::from(neg.ord))?;
+    // The Reply goes out before anything the data path sends.
+    let sent = conn.send_raw(out.get(..n).unwrap_or(&[]));
+    if let Err(e) = sent {
+        conn.close(None);
+        return Err(e);
+    }
+    conn.attach();
+    let (l, r) = conn.addrs();
+    let mut ev = event(CmEventKind::Established, 0, l, r, &[]);
+    ev.ird = u8::try_from(neg.ird).unwrap_or(u8::MAX);
+    ev.ord = u8::try_from(neg.ord).unwrap_or(u8::MAX);
+    id.deliver(&ev);
+    Ok(())
+}
+
+/// `iw_reject`: sends a reject Reply and closes.
+pub(crate) fn reject(id: CmId, private_data: &[u8]) -> Result {
+    let Some(pending) = take_token(id.provider_data()) else {
+        return Ok(());
+    };
+    id.set_provider_data(0);
+    let Some(PendingInner { sock, mut hs }) = pending.inner.lock().take() else {
+        return Ok(());
+    };
+    let mut out = KBox::new([0u8; MAX_FRAME_LEN], GFP_KERNEL)?;
+    if let Ok(n) = hs.reject(private_data, &mut out[..]) {
+        let _ = sock.send_all(&[out.get(..n).unwrap_or(&[])]);
+    }
+    sock.shutdown();
+    Ok(())
+}

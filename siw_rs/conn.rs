@@ -1,0 +1,870 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! An established iWARP connection: the data path of one QP over one TCP
+//! socket, and its teardown.
+//!
+//! Driver logic: the only `unsafe` is the access to consumer memory through
+//! `kmem` after the address was resolved through a registered region, and
+//! the QP back-pointer (see [`QpPtr`]).
+//!
+//! # Threading
+//!
+//! - Receive runs in the socket's data-ready callback (softirq, socket lock
+//!   held by the stack): the protocol core parses the bytes straight from
+//!   the skbs and the payload is copied once, from the skb into the target
+//!   memory. The receive state has its own lock, only ever contended by
+//!   teardown.
+//! - Transmit runs in a work item, at most one per connection at a time
+//!   (`tx_busy`/`tx_again`). It sends with `MSG_DONTWAIT` and, when the
+//!   socket is full, asks for a write-space callback, which re-queues it.
+//!   Nothing busy-waits and no queue is unbounded: the send queue is the
+//!   QP's fixed ring.
+//! - Teardown ([`Conn::close`]) is idempotent; its work item detaches the
+//!   socket callbacks (after which no callback can run), sends a pending
+//!   TERMINATE, closes the socket, moves the QP to ERROR (flushing it),
+//!   tells the connection manager (CLOSE) and unlinks itself from the QP,
+//!   which `destroy_qp` waits for.
+
+use crate::{
+    device::SiwRs,
+    iw::{CmEvent, CmEventKind, CmId},
+    iwarp::{
+        crc32c::SoftCrc32c,
+        mpa::Negotiated,
+        rdmap::{Extensions, Opcode},
+        rx::{FixedPayload, Receiver, RxConfig, RxError, RxEvent, Target},
+        terminate::{RemoteProtectionCode, TaggedCode, TermCode, TerminateRepr},
+        tx::{Batch, Chunk, Message, MessageTx, PayloadSource, PlanStatus, Transmitter, TxConfig, TxError},
+    },
+    kmem,
+    mem::{self, AccessError, Mem},
+    net::{Attached, SockHandler, SockRef, Socket},
+    qp::{self, Job, ReadJob, RecvWqe, SendWqe, WqeOp},
+    verbs::{Access, Qp, Sge, WcStatus},
+};
+use core::{
+    ptr::NonNull,
+    sync::atomic::{AtomicBool, Ordering},
+};
+use kernel::{
+    new_mutex,
+    prelude::*,
+    sync::{Arc, ArcBorrow, Mutex},
+    workqueue,
+};
+
+/// Pieces and scratch octets of one transmit batch.
+const BATCH_PIECES: usize = 64;
+const BATCH_SCRATCH: usize = 2048;
+type TxBatch = Batch<BATCH_PIECES, BATCH_SCRATCH>;
+
+/// A pointer to the connection's QP.
+///
+/// # Invariants
+///
+/// The QP outlives the connection's use of it: `destroy_qp` closes the
+/// connection and waits until it has unlinked itself from the QP (the last
+/// thing its teardown does), and no callback or work item of the connection
+/// runs after that.
+#[derive(Clone, Copy)]
+pub(crate) struct QpPtr(NonNull<Qp<SiwRs>>);
+
+// SAFETY: the QP is `Sync`; see the invariants for its lifetime.
+unsafe impl Send for QpPtr {}
+// SAFETY: as above.
+unsafe impl Sync for QpPtr {}
+
+impl QpPtr {
+    pub(crate) fn new(qp: &Qp<SiwRs>) -> Self {
+        QpPtr(NonNull::from(qp))
+    }
+
+    pub(crate) fn qp(&self) -> &Qp<SiwRs> {
+        // SAFETY: by the type invariants.
+        unsafe { self.0.as_ref() }
+    }
+}
+
+/// Receive state of the message in progress.
+struct Rx {
+    receiver: KBox<Receiver<SoftCrc32c>>,
+    /// The receive WQE of the Send in progress and its regions.
+    recv: Option<(RecvWqe, [Option<Arc<Mem>>; qp::NSGE])>,
+    /// The region of the tagged message in progress.
+    tagged: Option<Arc<Mem>>,
+    /// A validated inbound Read Request awaiting its segment's CRC.
+    read: Option<ReadJob>,
+    /// The peer sent a TERMINATE: the connection closes without one.
+    peer_terminated: bool,
+}
+
+/// Transmit state.
+struct Tx {
+    transmitter: Transmitter,
+    batch: KBox<TxBatch>,
+    /// The message in progress. A batch only ever holds FPDUs of this one
+    /// message, so its payload pieces resolve through `segs`.
+    cur: Option<Cur>,
+    crc: SoftCrc32c,
+}
+
+/// The message being transmitted.
+struct Cur {
+    msg: MessageTx,
+    /// The WQE it carries out (`None` for a Read Response).
+    wqe: Option<SendWqe>,
+    segs: Segs,
+    /// Every FPDU is planned: the WQE completes once the batch is sent.
+    planned: bool,
+}
+
+/// Kernel virtual address ranges of a message's payload, in order.
+struct Segs(KVec<(u64, usize)>);
+
+impl Segs {
+    /// Calls `f` with the slices covering `offset..offset + len`.
+    fn for_range<'a>(&'a self, offset: u32, len: u32, mut f: impl FnMut(&'a [u8])) -> bool {
+        let mut skip = offset as usize;
+        let mut left = len as usize;
+        for &(kva, n) in self.0.iter() {
+            if left == 0 {
+                break;
+            }
+            if skip >= n {
+                skip -= n;
+                continue;
+            }
+            let take = (n - skip).min(left);
+            // SAFETY: every range was resolved through a registered region
+            // (`resolve_local`), which the consumer keeps valid until the
+            // work request completes; the WQE is still outstanding here.
+            f(unsafe { kmem::slice(kva + skip as u64, take) });
+            left -= take;
+            skip = 0;
+        }
+        left == 0
+    }
+}
+
+impl PayloadSource for Segs {
+    fn update_crc(
+        &mut self,
+        offset: u32,
+        len: u32,
+        crc: &mut dyn crate::iwarp::crc32c::CrcEngine,
+    ) -> core::result::Result<(), TxError> {
+        if self.for_range(offset, len, |s| crc.update(s)) {
+            Ok(())
+        } else {
+            Err(TxError::PayloadUnavailable { offset, len })
+        }
+    }
+}
+
+/// One connection.
+#[pin_data]
+pub(crate) struct Conn {
+    qp: QpPtr,
+    sock: Socket,
+    neg: Negotiated,
+    /// Local and peer address, read once (reading them takes the socket
+    /// lock, which the softirq paths cannot).
+    local: crate::net::SockAddr,
+    remote: crate::net::SockAddr,
+    #[pin]
+    attached: Mutex<Option<Attached<Conn>>>,
+    /// The connection manager's id, until CLOSE is delivered. An
+    /// interrupt-safe lock: the peer-closed path runs in softirq context.
+    #[pin]
+    cm: crate::sync::IrqSpinLock<Option<CmId>>,
+    /// Receive state. Only the receive path takes this lock, and it runs
+    /// under the socket lock (the stack calls data-ready either in softirq
+    /// when no one owns the socket, or in process context from
+    /// `release_sock`), so it is never contended. It disables bottom halves
+    /// (the process-context path must not be interrupted by another
+    /// connection's softirq path holding the same lock class, as far as
+    /// lockdep knows) but not interrupts: `tcp_read_sock` may re-enable
+    /// bottom halves, which must not happen with interrupts off.
+    #[pin]
+    rx: crate::sync::BhSpinLock<Rx>,
+    #[pin]
+    tx: Mutex<Tx>,
+    /// A TERMINATE to send before closing.
+    #[pin]
+    term: crate::sync::IrqSpinLock<Option<TerminateRepr>>,
+    tx_busy: AtomicBool,
+    tx_again: AtomicBool,
+    closing: AtomicBool,
+    /// The consumer asked for a graceful close (QP to SQD).
+    graceful: AtomicBool,
+}
+
+/// Largest ULPDU (DDP segment) this side sends: one that fits a typical
+/// Ethernet MSS. Larger FPDUs (GSO) are a later optimisation.
+const MULPDU: u16 = 1448 - 6 - 2;
+
+impl Conn {
+    /// Creates the connection for `qp` over `sock` with the outcome of the
+    /// MPA handshake, and attaches the socket callbacks.
+    pub(crate) fn start(qp: &Qp<SiwRs>, sock: Socket, neg: Negotiated, cm: CmId) -> Result<Arc<Conn>> {
+        let rxc = RxConfig::from_negotiated(&neg, Extensions::NONE);
+        let receiver = KBox::new(Receiver::new(rxc, SoftCrc32c::new()), GFP_KERNEL)?;
+        let txc = TxConfig::from_negotiated(&neg, MULPDU, Extensions::NONE);
+        let batch = KBox::new(TxBatch::new(), GFP_KERNEL)?;
+        let (local, remote) = (sock.local_addr(), sock.peer_addr());
+        let conn = Arc::pin_init(
+            pin_init!(Conn {
+                qp: QpPtr::new(qp),
+                sock,
+                neg,
+                local,
+                remote,
+                attached <- new_mutex!(None),
+                cm <- crate::sync::new_irq_spinlock!(Some(cm)),
+                rx <- crate::sync::new_bh_spinlock!(Rx { receiver, recv: None, tagged: None, read: None, peer_terminated: false }),
+                tx <- new_mutex!(Tx {
+                    transmitter: Transmitter::new(txc),
+                    batch,
+                    cur: None,
+                    crc: SoftCrc32c::new(),
+                }),
+                term <- crate::sync::new_irq_spinlock!(None),
+                tx_busy: AtomicBool::new(false),
+                tx_again: AtomicBool::new(false),
+                closing: AtomicBool::new(false),
+                graceful: AtomicBool::new(false),
+            }),
+            GFP_KERNEL,
+        )?;
+        Ok(conn)
+    }
+
+    /// Installs the socket callbacks; data that arrived meanwhile is read
+    /// at once.
+    pub(crate) fn attach(self: &Arc<Self>) {
+        let a = self.sock.attach(self.clone());
+        *self.attached.lock() = Some(a);
+        let me = self.clone();
+        if self.sock.with_lock(|sk| me.receive(sk)) {
+            self.kick();
+        }
+    }
+
+    /// Local and peer addresses.
+    pub(crate) fn addrs(&self) -> (crate::net::SockAddr, crate::net::SockAddr) {
+        (self.local, self.remote)
+    }
+
+    fn qp(&self) -> &Qp<SiwRs> {
+        self.qp.qp()
+    }
+
+    /// Sends `bytes` before the data path starts (the MPA Reply).
+    pub(crate) fn send_raw(&self, bytes: &[u8]) -> Result {
+        self.sock.send_all(&[bytes])
+    }
+
+    /// Queues the transmit work.
+    pub(crate) fn kick(self: &Arc<Self>) {
+        self.tx_again.store(true, Ordering::Release);
+        if self.tx_busy.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let me = self.clone();
+        if workqueue::system().try_spawn(GFP_ATOMIC, move || me.tx_work()).is_err() {
+            self.tx_busy.store(false, Ordering::Release);
+            pr_warn!("qp {}: cannot queue transmit work\n", self.qp().qp_num());
+            self.close(Some(local_catastrophic()));
+        }
+    }
+
+    fn tx_work(self: Arc<Self>) {
+        loop {
+            self.tx_again.store(false, Ordering::Release);
+            if let Err(e) = self.tx_run() {
+                pr_debug!("qp {}: transmit failed: {:?}\n", self.qp().qp_num(), e);
+                self.close(None);
+            }
+            self.tx_busy.store(false, Ordering::Release);
+            if !self.tx_again.load(Ordering::Acquire) || self.tx_busy.swap(true, Ordering::AcqRel) {
+                break;
+            }
+        }
+    }
+
+    /// Sends what the batch still holds; `Ok(false)` when the socket is
+    /// full (a write-space callback will re-queue us).
+    fn flush_batch(&self, tx: &mut Tx) -> Result<bool> {
+        while !tx.batch.is_done() {
+            let mut parts: [&[u8]; 8] = [&[]; 8];
+            let mut n = 0usize;
+            let segs = tx.cur.as_ref().map(|c| &c.segs);
+            let mut ok = true;
+            for chunk in tx.batch.chunks() {
+                if n >= parts.len() {
+                    break;
+                }
+                match chunk {
+                    Chunk::Bytes(b) => {
+                        parts[n] = b;
+                        n += 1;
+                    }
+                    Chunk::Payload { offset, len, .. } => {
+                        let Some(segs) = segs else {
+                            ok = false;
+                            break;
+                        };
+                        let mut full = false;
+                        segs.for_range(offset, len, |s| {
+                            if n < parts.len() {
+                                parts[n] = s;
+                                n += 1;
+                            } else {
+                                full = true;
+                            }
+                        });
+                        if full {
+                            break;
+                        }
+                    }
+                }
+            }
+            if !ok || n == 0 {
+                return Err(EINVAL);
+            }
+            let sent = self.sock.send(&parts[..n], true)?;
+            if sent == 0 {
+                self.sock.want_write_space();
+                // Space may have freed up between the send and the flag.
+                if self.sock.write_space() == 0 {
+                    return Ok(false);
+                }
+                continue;
+            }
+            tx.batch.advance(sent).map_err(|_| EINVAL)?;
+        }
+        Ok(true)
+    }
+
+    fn tx_run(self: &Arc<Self>) -> Result {
+        let qp = self.qp();
+        let mut tx = self.tx.lock();
+        loop {
+            if self.closing.load(Ordering::Acquire) {
+                return Ok(());
+            }
+            if !self.flush_batch(&mut tx)? {
+                return Ok(());
+            }
+            if tx.cur.as_ref().is_some_and(|c| c.planned) {
+                if let Some(Cur { wqe: Some(w), .. }) = tx.cur.take() {
+                    qp::sent(qp, w);
+                }
+            }
+            if tx.cur.is_none() {
+                let Some(job) = qp::next_job(qp) else {
+                    if self.graceful.load(Ordering::Acquire) && qp::sq_empty(qp) {
+                        drop(tx);
+                        self.close(None);
+                    }
+                    return Ok(());
+                };
+                match self.begin(&mut tx, job) {
+                    Ok(()) => {}
+                    Err(Some((w, status))) => {
+                        qp::complete_send(qp, w, status);
+                        drop(tx);
+                        self.close(Some(local_catastrophic()));
+                        return Ok(());
+                    }
+                    Err(None) => {
+                        drop(tx);
+                        self.close(Some(local_catastrophic()));
+                        return Ok(());
+                    }
+                }
+                if tx.cur.is_none() {
+                    // A local operation, executed and completed.
+                    continue;
+                }
+            }
+            let Tx { transmitter, batch, cur, crc } = &mut *tx;
+            let Some(c) = cur.as_mut() else { continue };
+            let r = transmitter
+                .plan(batch, &mut c.msg, 0, &mut c.segs, crc, usize::MAX)
+                .map_err(|_| EINVAL)?;
+            if r.status == PlanStatus::MessageDone {
+                c.planned = true;
+            } else if r.fpdus == 0 {
+                return Err(EINVAL);
+            }
+        }
+    }
+
+    /// Turns a job into a message being planned, resolving its local
+    /// memory, or executes a local operation. On failure returns the WQE
+    /// with its completion status.
+    fn begin(&self, tx: &mut Tx, job: Job) -> core::result::Result<(), Option<(SendWqe, WcStatus)>> {
+        let qp = self.qp();
+        let wqe = match job {
+            Job::Response(j) => {
+                let msg = Message::read_response(&j.req);
+                let mut v = KVec::new();
+                if let Some(m) = &j.mem {
+                    push_ranges(&mut v, m, j.req.source_to, u64::from(j.req.read_size)).map_err(|_| None)?;
+                }
+                let msg = tx.transmitter.start(&msg).map_err(|_| None)?;
+                tx.cur = Some(Cur { msg, wqe: None, segs: Segs(v), planned: false });
+                return Ok(());
+            }
+            Job::Wqe(w) => w,
+        };
+        let sges = &wqe.sges[..usize::from(wqe.nsge)];
+        let msg = match wqe.op {
+            WqeOp::RegMr { .. } | WqeOp::LocalInv(_) => {
+                let status = match qp::execute_local(qp, &wqe) {
+                    Ok(()) => WcStatus::Success,
+                    Err(_) => WcStatus::LocProtErr,
+                };
+                if status != WcStatus::Success {
+                    return Err(Some((wqe, status)));
+                }
+                qp::sent(qp, wqe);
+                return Ok(());
+            }
+            WqeOp::Send => Message::send(wqe.len, wqe.solicited, None),
+            WqeOp::SendInv(stag) => Message::send(wqe.len, wqe.solicited, Some(stag)),
+            WqeOp::Write { remote_addr, rkey } => Message::RdmaWrite { len: wqe.len, stag: rkey, to: remote_addr },
+            WqeOp::Read { remote_addr, rkey } | WqeOp::ReadInv { remote_addr, rkey, .. } => {
+                let sink = sges.first().copied().unwrap_or_default();
+                if wqe.len > 0 && check_remote(qp, sink.lkey, sink.addr, wqe.len, Access::LOCAL_WRITE).is_err() {
+                    return Err(Some((wqe, WcStatus::LocProtErr)));
+                }
+                Message::ReadRequest(crate::iwarp::rdmap::ReadRequest {
+                    sink_stag: sink.lkey,
+                    sink_to: sink.addr,
+                    read_size: wqe.len,
+                    source_stag: rkey,
+                    source_to: remote_addr,
+                })
+            }
+            _ => return Err(Some((wqe, WcStatus::LocQpOpErr))),
+        };
+        let is_read = matches!(msg, Message::ReadRequest(_));
+        let segs = if is_read {
+            Segs(KVec::new())
+        } else {
+            match resolve_local(qp, sges, 0) {
+                Ok(s) => s,
+                Err(_) => return Err(Some((wqe, WcStatus::LocProtErr))),
+            }
+        };
+        match tx.transmitter.start(&msg) {
+            Ok(msg) => {
+                tx.cur = Some(Cur { msg, wqe: Some(wqe), segs, planned: false });
+                Ok(())
+            }
+            Err(_) => Err(Some((wqe, WcStatus::LocLenErr))),
+        }
+    }
+
+    /// Reads and processes what the socket holds; returns whether the
+    /// transmitter has new work (a Read to answer, a fence lifted).
+    fn receive(&self, sk: &SockRef) -> bool {
+        if self.closing.load(Ordering::Acquire) {
+            return false;
+        }
+        let mut failed = None;
+        let mut kick = false;
+        let peer_term = {
+            let mut rx = self.rx.lock();
+            Socket::read_sk(sk, &mut |piece: &[u8]| {
+                if failed.is_some() || rx.peer_terminated {
+                    return piece.len();
+                }
+                if let Err(e) = self.rx_piece(&mut rx, piece, &mut kick) {
+                    failed = Some(e);
+                }
+                piece.len()
+            });
+            rx.peer_terminated
+        };
+        if peer_term {
+            self.close(None);
+            return false;
+        }
+        if let Some(e) = failed {
+            pr_info!("qp {}: {}\n", self.qp().qp_num(), e);
+            let term = e.should_send_terminate().then_some(e.terminate);
+            self.close(term);
+            return false;
+        }
+        kick
+    }
+
+    fn rx_piece(&self, rx: &mut Rx, piece: &[u8], kick: &mut bool) -> core::result::Result<(), RxError> {
+        let qp = self.qp();
+        let mut rest = piece;
+        loop {
+            let mut posted = |qn: u32, _msn: u32, _op: Opcode| match qn {
+                0 => qp::peek_recv_len(qp),
+                1 if qp::inbound_room(qp) => Some(u32::MAX),
+                _ => None,
+            };
+            let Some(ev) = rx.receiver.poll(&mut rest, &mut posted)? else {
+                return Ok(());
+            };
+            match ev {
+                RxEvent::Header(h) => match h.opcode {
+                    Opcode::Send | Opcode::SendSe | Opcode::SendInvalidate | Opcode::SendSeInvalidate => {
+                        if h.first {
+                            let Some(w) = qp::pop_recv(qp) else {
+                                return Err(rx.receiver.reject(TermCode::DdpUntagged(
+                                    crate::iwarp::terminate::UntaggedCode::MsnNoBuffer,
+                                )));
+                            };
+                            match resolve_recv(qp, &w) {
+                                Ok(mems) => rx.recv = Some((w, mems)),
+                                Err(_) => {
+                                    qp::complete_recv(qp, w, WcStatus::LocProtErr, 0, false, None);
+                                    return Err(rx.receiver.reject(TermCode::RdmapLocalCatastrophic(0xff)));
+                                }
+                            }
+                        }
+                    }
+                    Opcode::RdmaWrite | Opcode::RdmaReadResponse => {
+                        if let Target::Tagged { stag, to } = h.target {
+                            let rights = if h.opcode == Opcode::RdmaWrite {
+                                Access::REMOTE_WRITE
+                            } else {
+                                // The sink must be the oldest outstanding
+                                // Read's, a local buffer.
+                                match qp::read_sink(qp) {
+                                    Some((lkey, _, _, _)) if lkey == stag || h.payload_len == 0 => {}
+                                    _ => {
+                                        return Err(rx.receiver.reject(TermCode::RdmapRemoteOperation(
+                                            crate::iwarp::terminate::RemoteOperationCode::UnexpectedOpcode,
+                                        )))
+                                    }
+                                }
+                                Access::LOCAL_WRITE
+                            };
+                            // Every segment is checked: each names its own
+                            // range.
+                            match check_remote(qp, stag, to, h.payload_len, rights) {
+                                Ok(m) => rx.tagged = m,
+                                Err(e) => return Err(rx.receiver.reject(remote_code(e))),
+                            }
+                        }
+                    }
+                    Opcode::RdmaReadRequest => {
+                        if let Some(FixedPayload::ReadRequest(req)) = h.fixed {
+                            match check_remote(qp, req.source_stag, req.source_to, req.read_size, Access::REMOTE_READ) {
+                                Ok(m) => rx.read = Some(ReadJob { req, mem: m }),
+                                Err(e) => return Err(rx.receiver.reject(remote_code(e))),
+                            }
+                        }
+                    }
+                    Opcode::Terminate => {}
+                    _ => {
+                        return Err(rx.receiver.reject(TermCode::RdmapRemoteOperation(
+                            crate::iwarp::terminate::RemoteOperationCode::UnexpectedOpcode,
+                        )))
+                    }
+                },
+                RxEvent::Data(p) => match p.target {
+                    Target::Untagged { mo, .. } => {
+                        if let Some((w, mems)) = &rx.recv {
+                            place_recv(w, mems, mo, p.data);
+                        }
+                    }
+                    Target::Tagged { to, .. } => {
+                        if let Some(m) = &rx.tagged {
+                            let mut off = 0usize;
+                            let _ = m.translate(to, p.data.len() as u64, |kva, n| {
+                                let part = p.data.get(off..off + n).unwrap_or(&[]);
+                                // SAFETY: `kva` was resolved through the
+                                // region checked at the segment's header.
+                                unsafe { kmem::copy_to(kva, part) };
+                                off += n;
+                            });
+                        }
+                    }
+                },
+                RxEvent::Done(d) => match d.header.opcode {
+                    Opcode::Send | Opcode::SendSe | Opcode::SendInvalidate | Opcode::SendSeInvalidate => {
+                        if let Some(len) = d.message_len {
+                            if let Some((w, _)) = rx.recv.take() {
+                                let se = matches!(d.header.opcode, Opcode::SendSe | Opcode::SendSeInvalidate);
+                                let inv = d.header.invalidate_stag;
+                                if let Some(stag) = inv {
+                                    if let Some(m) = mem::lookup(qp::stags(qp), stag) {
+                                        let _ = m.invalidate(stag);
+                                    }
+                                }
+                                qp::complete_recv(qp, w, WcStatus::Success, len as u32, se, inv);
+                            }
+                        }
+                    }
+                    Opcode::RdmaWrite => {
+                        if d.message_len.is_some() {
+                            rx.tagged = None;
+                        }
+                    }
+                    Opcode::RdmaReadResponse => {
+                        if d.message_len.is_some() {
+                            rx.tagged = None;
+                            if let Some((lkey, _, _, true)) = qp::read_sink(qp) {
+                                if let Some(m) = mem::lookup(qp::stags(qp), lkey) {
+                                    let _ = m.invalidate(lkey);
+                                }
+                            }
+                            qp::read_done(qp);
+                            *kick = true;
+                        }
+                    }
+                    Opcode::RdmaReadRequest => {
+                        if let Some(job) = rx.read.take() {
+                            if qp::queue_response(qp, job).is_err() {
+                                return Err(rx.receiver.reject(TermCode::DdpUntagged(
+                                    crate::iwarp::terminate::UntaggedCode::MsnNoBuffer,
+                                )));
+                            }
+                            *kick = true;
+                        }
+                    }
+                    Opcode::Terminate => {
+                        if let Some(FixedPayload::Terminate(t)) = d.header.fixed {
+                            match t {
+                                Ok(t) => pr_info!("qp {}: peer sent TERMINATE {:?}\n", qp.qp_num(), t.code.wire()),
+                                Err(_) => pr_info!("qp {}: peer sent a malformed TERMINATE\n", qp.qp_num()),
+                            }
+                        }
+                        // The stream ends here; no TERMINATE goes back.
+                        rx.peer_terminated = true;
+                        return Ok(());
+                    }
+                    _ => {}
+                },
+            }
+        }
+    }
+
+    /// Starts teardown (idempotent): `term` is sent first if given.
+    pub(crate) fn close(&self, term: Option<TerminateRepr>) {
+        if let Some(t) = term {
+            let mut slot = self.term.lock();
+            if slot.is_none() {
+                *slot = Some(t);
+            }
+        }
+        if self.closing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        pr_debug!("qp {}: closing\n", self.qp().qp_num());
+        // The connection keeps itself alive through the QP's link to it
+        // until `teardown` unlinks it; find that reference.
+        let Some(me) = qp::conn_of(self.qp()) else { return };
+        if workqueue::system_long().try_spawn(GFP_ATOMIC, move || me.teardown()).is_err() {
+            pr_err!("qp {}: cannot queue connection teardown\n", self.qp().qp_num());
+        }
+    }
+
+    /// Graceful close: send what is queued, then close.
+    pub(crate) fn close_graceful(self: &Arc<Self>) {
+        self.graceful.store(true, Ordering::Release);
+        self.kick();
+    }
+
+    fn teardown(self: Arc<Self>) {
+        let qp = self.qp();
+        if let Some(a) = self.attached.lock().take() {
+            self.sock.detach(a);
+        }
+        // Wait for a running transmit work item to notice `closing`.
+        drop(self.tx.lock());
+        let term = self.term.lock().take();
+        if let Some(t) = term {
+            let mut buf = [0u8; 128];
+            let mut tx = self.tx.lock();
+            let mut crc = SoftCrc32c::new();
+            if let Ok(n) = tx.transmitter.emit_message(&Message::Terminate(t), &[], &mut crc, &mut buf) {
+                self.sock.set_timeouts(1000, 1000);
+                let _ = self.sock.send_all(&[buf.get(..n).unwrap_or(&[])]);
+            }
+        }
+        self.sock.shutdown();
+        qp::to_error(qp);
+        let cm = self.cm.lock().take();
+        if let Some(cm) = cm {
+            let (local, remote) = self.addrs();
+            let ev = CmEvent {
+                kind: CmEventKind::Close,
+                status: 0,
+                local,
+                remote,
+                private_data: &[],
+                provider_data: 0,
+                ird: 0,
+                ord: 0,
+            };
+            cm.deliver(&ev);
+            drop(cm);
+        }
+        // The message in flight is flushed too (its memory references go).
+        let cur = self.tx.lock().cur.take();
+        if let Some(Cur { wqe: Some(w), .. }) = cur {
+            qp::complete_send(qp, w, WcStatus::WrFlushErr);
+        }
+        qp::conn_closed(qp);
+    }
+
+    /// The peer closed or reset the connection.
+    fn peer_closed(&self) {
+        if self.closing.load(Ordering::Acquire) {
+            return;
+        }
+        let cm = self.cm.lock().clone();
+        if let Some(cm) = cm {
+            let (local, remote) = self.addrs();
+            cm.deliver(&CmEvent {
+                kind: CmEventKind::Disconnect,
+                status: 0,
+                local,
+                remote,
+                private_data: &[],
+                provider_data: 0,
+                ird: 0,
+                ord: 0,
+            });
+        }
+        self.close(None);
+    }
+
+    /// The negotiated MPA parameters.
+    pub(crate) fn negotiated(&self) -> &Negotiated {
+        &self.neg
+    }
+}
+
+impl SockHandler for Conn {
+    fn data_ready(this: ArcBorrow<'_, Self>, sk: &SockRef) {
+        if this.receive(sk) {
+            let me: Arc<Conn> = this.into();
+            me.kick();
+        }
+    }
+
+    fn write_space(this: ArcBorrow<'_, Self>) {
+        let me: Arc<Conn> = this.into();
+        me.kick();
+    }
+
+    fn state_change(this: ArcBorrow<'_, Self>, established: bool) {
+        if !established {
+            this.peer_closed();
+        }
+    }
+}
+
+fn local_catastrophic() -> TerminateRepr {
+    TerminateRepr::new(TermCode::RdmapLocalCatastrophic(0xff))
+}
+
+/// The TERMINATE code for a refused remote access to a tagged buffer.
+fn remote_code(e: AccessError) -> TermCode {
+    match e {
+        AccessError::InvalidStag | AccessError::Invalidated => TermCode::DdpTagged(TaggedCode::InvalidStag),
+        AccessError::WrongPd => TermCode::DdpTagged(TaggedCode::StagNotAssociated),
+        AccessError::Bounds => TermCode::DdpTagged(TaggedCode::BaseBounds),
+        AccessError::Rights => TermCode::RdmapRemoteProtection(RemoteProtectionCode::AccessRights),
+    }
+}
+
+/// Checks a remote access of `len` bytes at (`stag`, `to`). A zero-length
+/// access names no memory and is not checked (RFC 6581 RTR messages).
+fn check_remote(qp: &Qp<SiwRs>, stag: u32, to: u64, len: u32, rights: u32) -> core::result::Result<Option<Arc<Mem>>, AccessError> {
+    if len == 0 {
+        return Ok(None);
+    }
+    let m = mem::lookup(qp::stags(qp), stag).ok_or(AccessError::InvalidStag)?;
+    m.check(stag, qp.pd().id(), to, u64::from(len), rights)?;
+    Ok(Some(m))
+}
+
+/// Resolves local SGEs (send sources) into kernel virtual ranges.
+fn resolve_local(qp: &Qp<SiwRs>, sges: &[Sge], rights: u32) -> core::result::Result<Segs, AccessError> {
+    let mut v = KVec::new();
+    for s in sges {
+        if s.length == 0 {
+            continue;
+        }
+        let m = mem::lookup(qp::stags(qp), s.lkey).ok_or(AccessError::InvalidStag)?;
+        m.check(s.lkey, qp.pd().id(), s.addr, u64::from(s.length), rights)?;
+        push_ranges(&mut v, &m, s.addr, u64::from(s.length))?;
+    }
+    Ok(Segs(v))
+}
+
+/// Appends the kernel virtual ranges of `len` bytes at `addr` in `m` to
+/// `v`, allocating room first (the translation runs under a spinlock).
+fn push_ranges(v: &mut KVec<(u64, usize)>, m: &Mem, addr: u64, len: u64) -> core::result::Result<(), AccessError> {
+    v.reserve(m.max_ranges(len), GFP_KERNEL).map_err(|_| AccessError::Bounds)?;
+    let mut err = false;
+    m.translate(addr, len, |kva, n| {
+        // Never allocates: the room was reserved above.
+        if v.push((kva, n), GFP_NOWAIT).is_err() {
+            err = true;
+        }
+    })?;
+    if err {
+        Err(AccessError::Bounds)
+    } else {
+        Ok(())
+    }
+}
+
+/// Checks a receive WQE's SGEs and returns their regions.
+fn resolve_recv(qp: &Qp<SiwRs>, w: &RecvWqe) -> core::result::Result<[Option<Arc<Mem>>; qp::NSGE], AccessError> {
+    let mut mems: [Option<Arc<Mem>>; qp::NSGE] = Default::default();
+    for (slot, s) in mems.iter_mut().zip(w.sges.iter().take(usize::from(w.nsge))) {
+        if s.length == 0 {
+            continue;
+        }
+        let m = mem::lookup(qp::stags(qp), s.lkey).ok_or(AccessError::InvalidStag)?;
+        m.check(s.lkey, qp.pd().id(), s.addr, u64::from(s.length), Access::LOCAL_WRITE)?;
+        *slot = Some(m);
+    }
+    Ok(mems)
+}
+
+/// Copies `data` to message offset `mo` of a receive WQE's buffers. The
+/// protocol core has checked `mo + data.len()` against the WQE's length.
+fn place_recv(w: &RecvWqe, mems: &[Option<Arc<Mem>>; qp::NSGE], mo: u32, data: &[u8]) {
+    let mut skip = mo as u64;
+    let mut src = data;
+    for (s, m) in w.sges.iter().zip(mems.iter()).take(usize::from(w.nsge)) {
+        if src.is_empty() {
+            break;
+        }
+        let len = u64::from(s.length);
+        if skip >= len {
+            skip -= len;
+            continue;
+        }
+        let n = (len - skip).min(src.len() as u64);
+        let (now, later) = src.split_at(n as usize);
+        if let Some(m) = m {
+            let mut off = 0usize;
+            let _ = m.translate(s.addr + skip, n, |kva, k| {
+                let part = now.get(off..off + k).unwrap_or(&[]);
+                // SAFETY: `kva` lies in the SGE's registered range, checked
+                // for local write in `resolve_recv`.
+                unsafe { kmem::copy_to(kva, part) };
+                off += k;
+            });
+        }
+        src = later;
+        skip = 0;
+    }
+}
