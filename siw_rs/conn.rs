@@ -40,7 +40,7 @@ use crate::{
     mem::{self, AccessError, Mem},
     net::{Attached, SockHandler, SockRef, Socket},
     qp::{self, Job, ReadJob, RecvWqe, SendWqe, WqeOp},
-    verbs::{Access, Qp, Sge, WcStatus},
+    verbs::{Access, AsyncEvent, Qp, Sge, WcStatus},
 };
 use core::{
     ptr::NonNull,
@@ -96,6 +96,8 @@ struct Rx {
     read: Option<ReadJob>,
     /// The peer sent a TERMINATE: the connection closes without one.
     peer_terminated: bool,
+    /// Its code, if it parsed.
+    peer_code: Option<TermCode>,
 }
 
 /// Transmit state.
@@ -197,6 +199,11 @@ pub(crate) struct Conn {
     closing: AtomicBool,
     /// The consumer asked for a graceful close (QP to SQD).
     graceful: AtomicBool,
+    /// The connection ended in error (TERMINATE sent or received): the QP
+    /// reports a fatal (or access) error event.
+    failed: AtomicBool,
+    /// The error was the peer's access violation.
+    access_error: AtomicBool,
 }
 
 /// Largest ULPDU (DDP segment) this side sends: one that fits a typical
@@ -221,7 +228,7 @@ impl Conn {
                 remote,
                 attached <- new_mutex!(None),
                 cm <- crate::sync::new_irq_spinlock!(Some(cm)),
-                rx <- crate::sync::new_bh_spinlock!(Rx { receiver, recv: None, tagged: None, read: None, peer_terminated: false }),
+                rx <- crate::sync::new_bh_spinlock!(Rx { receiver, recv: None, tagged: None, read: None, peer_terminated: false, peer_code: None }),
                 tx <- new_mutex!(Tx {
                     transmitter: Transmitter::new(txc),
                     batch,
@@ -233,6 +240,8 @@ impl Conn {
                 tx_again: AtomicBool::new(false),
                 closing: AtomicBool::new(false),
                 graceful: AtomicBool::new(false),
+                failed: AtomicBool::new(false),
+                access_error: AtomicBool::new(false),
             }),
             GFP_KERNEL,
         )?;
@@ -448,7 +457,6 @@ impl Conn {
                     source_to: remote_addr,
                 })
             }
-            _ => return Err(Some((wqe, WcStatus::LocQpOpErr))),
         };
         let is_read = matches!(msg, Message::ReadRequest(_));
         let segs = if is_read {
@@ -476,7 +484,7 @@ impl Conn {
         }
         let mut failed = None;
         let mut kick = false;
-        let peer_term = {
+        let (peer_term, peer_code) = {
             let mut rx = self.rx.lock();
             Socket::read_sk(sk, &mut |piece: &[u8]| {
                 if failed.is_some() || rx.peer_terminated {
@@ -487,15 +495,29 @@ impl Conn {
                 }
                 piece.len()
             });
-            rx.peer_terminated
+            (rx.peer_terminated, rx.peer_code)
         };
         if peer_term {
+            // The peer refused one of our requests: it fails with the
+            // remote error, and the QP reports a fatal error.
+            let status = match peer_code {
+                Some(TermCode::RdmapRemoteProtection(_)) | Some(TermCode::DdpTagged(_)) => WcStatus::RemAccessErr,
+                _ => WcStatus::RemOpErr,
+            };
+            qp::fail_oldest(self.qp(), status);
+            self.failed.store(true, Ordering::Release);
             self.close(None);
             return false;
         }
         if let Some(e) = failed {
             pr_info!("qp {}: {}\n", self.qp().qp_num(), e);
             let term = e.should_send_terminate().then_some(e.terminate);
+            let access = matches!(
+                e.code(),
+                TermCode::RdmapRemoteProtection(_) | TermCode::DdpTagged(_)
+            );
+            self.access_error.store(access, Ordering::Release);
+            self.failed.store(true, Ordering::Release);
             self.close(term);
             return false;
         }
@@ -614,9 +636,9 @@ impl Conn {
                     Opcode::RdmaReadResponse => {
                         if d.message_len.is_some() {
                             rx.tagged = None;
-                            if let Some((lkey, _, _, true)) = qp::read_sink(qp) {
-                                if let Some(m) = mem::lookup(qp::stags(qp), lkey) {
-                                    let _ = m.invalidate(lkey);
+                            if let Some((_, _, _, Some(inv))) = qp::read_sink(qp) {
+                                if let Some(m) = mem::lookup(qp::stags(qp), inv) {
+                                    let _ = m.invalidate(inv);
                                 }
                             }
                             qp::read_done(qp);
@@ -636,7 +658,10 @@ impl Conn {
                     Opcode::Terminate => {
                         if let Some(FixedPayload::Terminate(t)) = d.header.fixed {
                             match t {
-                                Ok(t) => pr_info!("qp {}: peer sent TERMINATE {:?}\n", qp.qp_num(), t.code.wire()),
+                                Ok(t) => {
+                                    pr_info!("qp {}: peer sent TERMINATE {:?}\n", qp.qp_num(), t.code.wire());
+                                    rx.peer_code = Some(t.code);
+                                }
                                 Err(_) => pr_info!("qp {}: peer sent a malformed TERMINATE\n", qp.qp_num()),
                             }
                         }
@@ -695,6 +720,14 @@ impl Conn {
         }
         self.sock.shutdown();
         qp::to_error(qp);
+        if self.failed.load(Ordering::Acquire) {
+            let ev = if self.access_error.load(Ordering::Acquire) {
+                AsyncEvent::QpAccessErr
+            } else {
+                AsyncEvent::QpFatal
+            };
+            qp.event(ev);
+        }
         let cm = self.cm.lock().take();
         if let Some(cm) = cm {
             let (local, remote) = self.addrs();
@@ -739,11 +772,6 @@ impl Conn {
             });
         }
         self.close(None);
-    }
-
-    /// The negotiated MPA parameters.
-    pub(crate) fn negotiated(&self) -> &Negotiated {
-        &self.neg
     }
 }
 

@@ -44,8 +44,6 @@ pub(crate) struct DeviceData {
     vendor_part_id: u32,
     /// The STag table of this device's memory regions.
     stags: Arc<Stags>,
-    /// The next QP number to hand out.
-    next_qpn: AtomicU32,
     /// Objects in existence, against the limits `query_device` reports.
     counts: Counts,
     /// QP numbers, for the connection manager's `iw_get_qp`.
@@ -149,7 +147,6 @@ fn create(name: &CStr, netdev: &NetDevice, key: usize) -> Result {
         node_guid,
         vendor_part_id: NEXT_PART_ID.fetch_add(1, Ordering::Relaxed),
         stags: mem::new_table()?,
-        next_qpn: AtomicU32::new(1),
         counts: Counts::default(),
         qps: Arc::pin_init(new_irq_spinlock!(QpTable::new()?, "siw_rs_qpn"), GFP_KERNEL)?,
         listeners: Arc::pin_init(new_mutex!(KVec::new()), GFP_KERNEL)?,

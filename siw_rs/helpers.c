@@ -90,15 +90,6 @@ void siw_rs_h_spin_unlock_bh(spinlock_t *lock)
 	spin_unlock_bh(lock);
 }
 
-void siw_rs_h_atomic_inc(atomic_t *v)
-{
-	atomic_inc(v);
-}
-
-void siw_rs_h_atomic_dec(atomic_t *v)
-{
-	atomic_dec(v);
-}
 
 struct net *siw_rs_h_dev_net(struct net_device *dev)
 {

@@ -26,8 +26,6 @@ unsigned long siw_rs_h_spin_lock_irqsave(spinlock_t *lock);
 void siw_rs_h_spin_unlock_irqrestore(spinlock_t *lock, unsigned long flags);
 void siw_rs_h_spin_lock_bh(spinlock_t *lock);
 void siw_rs_h_spin_unlock_bh(spinlock_t *lock);
-void siw_rs_h_atomic_inc(atomic_t *v);
-void siw_rs_h_atomic_dec(atomic_t *v);
 
 /* Sockets (net.rs). */
 struct net *siw_rs_h_dev_net(struct net_device *dev);

@@ -277,12 +277,6 @@ impl Socket {
         a
     }
 
-    /// Whether the TCP connection is established.
-    pub(crate) fn established(&self) -> bool {
-        // SAFETY: a live socket.
-        unsafe { ffi::siw_rs_h_sk_state(self.sk()) == ffi::TCP_ESTABLISHED as c_int }
-    }
-
     /// Free send space (`sk_stream_wspace`).
     pub(crate) fn write_space(&self) -> usize {
         // SAFETY: a live socket.

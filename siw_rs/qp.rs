@@ -52,14 +52,11 @@ pub(crate) const NSGE: usize = MAX_SGE as usize;
 /// A send-queue operation as the driver keeps it.
 pub(crate) enum WqeOp {
     Send,
-    SendImm(u32),
     SendInv(u32),
     Write { remote_addr: u64, rkey: u32 },
-    WriteImm { remote_addr: u64, rkey: u32, imm: u32 },
     Read { remote_addr: u64, rkey: u32 },
+    /// A Read that invalidates local STag `inv` when its response is in.
     ReadInv { remote_addr: u64, rkey: u32, inv: u32 },
-    CmpSwap { remote_addr: u64, rkey: u32, compare: u64, swap: u64 },
-    FetchAdd { remote_addr: u64, rkey: u32, add: u64 },
     LocalInv(u32),
     RegMr { mem: Arc<Mem>, key: u8, access: Access, iova: u64, len: u64, page_size: u32 },
 }
@@ -67,11 +64,9 @@ pub(crate) enum WqeOp {
 impl WqeOp {
     fn wc_opcode(&self) -> WcOpcode {
         match self {
-            Self::Send | Self::SendImm(_) | Self::SendInv(_) => WcOpcode::Send,
-            Self::Write { .. } | Self::WriteImm { .. } => WcOpcode::RdmaWrite,
+            Self::Send | Self::SendInv(_) => WcOpcode::Send,
+            Self::Write { .. } => WcOpcode::RdmaWrite,
             Self::Read { .. } | Self::ReadInv { .. } => WcOpcode::RdmaRead,
-            Self::CmpSwap { .. } => WcOpcode::CompSwap,
-            Self::FetchAdd { .. } => WcOpcode::FetchAdd,
             Self::LocalInv(_) => WcOpcode::LocalInv,
             Self::RegMr { .. } => WcOpcode::RegMr,
         }
@@ -438,23 +433,16 @@ pub(crate) fn post_send(qp: &Qp<SiwRs>, wr: &SendWr<'_, SiwRs>) -> Result {
     let (sges, nsge, len) = take_sges(wr.sges, max)?;
     let op = match wr.op {
         SendOp::Send => WqeOp::Send,
-        SendOp::SendImm(v) => WqeOp::SendImm(v),
+
         SendOp::SendInv(s) => WqeOp::SendInv(s),
         SendOp::Write { remote_addr, rkey } => WqeOp::Write { remote_addr, rkey },
-        SendOp::WriteImm { remote_addr, rkey, imm } => WqeOp::WriteImm { remote_addr, rkey, imm },
+
         SendOp::Read { remote_addr, rkey } => WqeOp::Read { remote_addr, rkey },
         SendOp::ReadInv { remote_addr, rkey, inv } => WqeOp::ReadInv { remote_addr, rkey, inv },
-        SendOp::CmpSwap { remote_addr, rkey, compare, swap } => {
-            if nsge != 1 || len != 8 {
-                return Err(EINVAL);
-            }
-            WqeOp::CmpSwap { remote_addr, rkey, compare, swap }
-        }
-        SendOp::FetchAdd { remote_addr, rkey, add } => {
-            if nsge != 1 || len != 8 {
-                return Err(EINVAL);
-            }
-            WqeOp::FetchAdd { remote_addr, rkey, add }
+        // RFC 7306 atomics and immediate data are not implemented yet (the
+        // device does not advertise them).
+        SendOp::SendImm(_) | SendOp::WriteImm { .. } | SendOp::CmpSwap { .. } | SendOp::FetchAdd { .. } => {
+            return Err(crate::verbs::eopnotsupp())
         }
         SendOp::LocalInv(s) => WqeOp::LocalInv(s),
         SendOp::RegMr { mr, key, access } => {
@@ -702,8 +690,9 @@ pub(crate) fn read_done(qp: &Qp<SiwRs>) -> bool {
     true
 }
 
-/// The sink of the oldest outstanding Read: (lkey, addr, len, invalidate).
-pub(crate) fn read_sink(qp: &Qp<SiwRs>) -> Option<(u32, u64, u32, bool)> {
+/// The sink of the oldest outstanding Read: (lkey, addr, len, the STag to
+/// invalidate when it completes).
+pub(crate) fn read_sink(qp: &Qp<SiwRs>) -> Option<(u32, u64, u32, Option<u32>)> {
     let inner = qp.data().inner.lock();
     let head = inner.pending.head;
     let cap = inner.pending.slots.len();
@@ -714,7 +703,10 @@ pub(crate) fn read_sink(qp: &Qp<SiwRs>) -> Option<(u32, u64, u32, bool)> {
         }
         if let Some(Some((w, false))) = inner.pending.slots.get(i) {
             let s = w.sges.first().copied().unwrap_or_default();
-            let inv = matches!(w.op, WqeOp::ReadInv { .. });
+            let inv = match w.op {
+                WqeOp::ReadInv { inv, .. } => Some(inv),
+                _ => None,
+            };
             return Some((s.lkey, s.addr, w.len, inv));
         }
     }
@@ -725,6 +717,16 @@ pub(crate) fn read_sink(qp: &Qp<SiwRs>) -> Option<(u32, u64, u32, bool)> {
 pub(crate) fn inbound_room(qp: &Qp<SiwRs>) -> bool {
     let inner = qp.data().inner.lock();
     inner.state == QpState::Rts && inner.inbound.len < usize::try_from(inner.ird.max(1)).unwrap_or(1)
+}
+
+/// The peer refused the oldest outstanding request (its TERMINATE): that
+/// request completes with `status`, which moves the QP to ERROR and flushes
+/// the rest.
+pub(crate) fn fail_oldest(qp: &Qp<SiwRs>, status: WcStatus) {
+    let w = qp.data().inner.lock().pending.pop().map(|(w, _)| w);
+    if let Some(w) = w {
+        complete_send(qp, w, status);
+    }
 }
 
 /// Queues an inbound Read Request; `Err` beyond the IRD.

@@ -9,9 +9,9 @@
 //! - [`iwarp`]: the sans-IO protocol core (MPA, DDP, RDMAP), shared with the
 //!   host crate `iwarp-core`.
 
-// The verbs layer (verbs.rs, cq.rs, qp.rs, mem.rs) carries the types the
-// data path consumes; until that lands some are not yet used.
-#![allow(dead_code)]
+// `pin_init!` of the connection state (conn.rs) nests deeper than the
+// default limit.
+#![recursion_limit = "256"]
 
 use kernel::prelude::*;
 

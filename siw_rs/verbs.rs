@@ -110,8 +110,6 @@ impl Access {
     pub(crate) const REMOTE_WRITE: u32 = ffi::IB_ACCESS_REMOTE_WRITE;
     /// The peer may RDMA Read from the region.
     pub(crate) const REMOTE_READ: u32 = ffi::IB_ACCESS_REMOTE_READ;
-    /// The peer may perform atomics on the region.
-    pub(crate) const REMOTE_ATOMIC: u32 = ffi::IB_ACCESS_REMOTE_ATOMIC;
 
     /// Whether every bit of `bits` is granted.
     pub(crate) fn allows(self, bits: u32) -> bool {
@@ -120,6 +118,7 @@ impl Access {
 }
 
 /// A send-queue operation with its operation-specific fields.
+#[allow(dead_code, reason = "RFC 7306 operations are decoded; the driver refuses them until implemented")]
 pub(crate) enum SendOp<'a, T: Driver> {
     /// Send.
     Send,
@@ -186,8 +185,6 @@ pub(crate) enum WcStatus {
     Success = ffi::IB_WC_SUCCESS,
     /// A local length error (message longer than the receive buffer, …).
     LocLenErr = ffi::IB_WC_LOC_LEN_ERR,
-    /// A local QP operation error (bad work request).
-    LocQpOpErr = ffi::IB_WC_LOC_QP_OP_ERR,
     /// A local protection error (lkey, bounds, rights).
     LocProtErr = ffi::IB_WC_LOC_PROT_ERR,
     /// Flushed: the QP left RTS before the request was processed.
@@ -201,6 +198,7 @@ pub(crate) enum WcStatus {
 }
 
 /// Completion opcodes (`enum ib_wc_opcode`).
+#[allow(dead_code, reason = "atomic completions come with RFC 7306 support")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
 pub(crate) enum WcOpcode {
@@ -220,8 +218,6 @@ pub(crate) enum WcOpcode {
     RegMr = ffi::IB_WC_REG_MR,
     /// A received Send.
     Recv = ffi::IB_WC_RECV,
-    /// A received RDMA Write with Immediate Data.
-    RecvRdmaWithImm = ffi::IB_WC_RECV_RDMA_WITH_IMM,
 }
 
 /// A work completion, as the driver keeps it in its CQ ring.
@@ -313,10 +309,6 @@ impl WcSink<'_> {
 pub(crate) struct CqAttr {
     /// Requested entries in; the driver sets the entries it provides.
     pub(crate) entries: u32,
-    /// Completion vector.
-    pub(crate) comp_vector: u32,
-    /// Created by a user process (udata present).
-    pub(crate) user: bool,
 }
 
 /// Queue sizes of a QP (`struct ib_qp_cap`).
@@ -366,8 +358,6 @@ pub(crate) struct QpInitAttr {
     pub(crate) has_srq: bool,
     /// Any create flag set (none supported).
     pub(crate) create_flags: u32,
-    /// Created by a user process.
-    pub(crate) user: bool,
 }
 
 /// The `modify_qp` attributes siw_rs interprets.
@@ -409,14 +399,11 @@ pub(crate) struct QpQuery {
 pub(crate) enum AsyncEvent {
     /// The CQ overflowed.
     CqErr,
-    /// The QP went to ERROR for a local reason.
+    /// The QP went to ERROR: the connection failed (a TERMINATE was sent
+    /// or received, or the transport broke).
     QpFatal,
     /// The peer violated an access right.
     QpAccessErr,
-    /// A request could not be processed (remote invalid request).
-    QpReqErr,
-    /// The QP reached the last WQE of an SRQ-attached RQ.
-    QpLastWqe,
 }
 
 impl AsyncEvent {
@@ -425,8 +412,6 @@ impl AsyncEvent {
             Self::CqErr => ffi::IB_EVENT_CQ_ERR,
             Self::QpFatal => ffi::IB_EVENT_QP_FATAL,
             Self::QpAccessErr => ffi::IB_EVENT_QP_ACCESS_ERR,
-            Self::QpReqErr => ffi::IB_EVENT_QP_REQ_ERR,
-            Self::QpLastWqe => ffi::IB_EVENT_QP_LAST_WQE_REACHED,
         }
     }
 }
@@ -465,12 +450,14 @@ macro_rules! core_object {
             }
 
             /// The driver's data.
+            #[allow(dead_code, reason = "not every object kind needs every accessor")]
             pub(crate) fn data(&self) -> &T::$data {
                 &self.data
             }
 
             /// An identity for the object, stable while it lives (its
             /// address), usable to compare objects and in completions.
+            #[allow(dead_code, reason = "not every object kind needs every accessor")]
             pub(crate) fn id(&self) -> usize {
                 self.as_raw() as usize
             }
@@ -552,38 +539,6 @@ impl<T: Driver> Cq<T> {
         }
     }
 
-    /// Takes a counted reference that keeps the CQ from being destroyed
-    /// (`ib_destroy_cq` fails with `EBUSY` while `usecnt` is non-zero).
-    pub(crate) fn get(&self) -> CqRef<T> {
-        // SAFETY: the CQ is live.
-        unsafe { ffi::siw_rs_h_atomic_inc(ptr::addr_of_mut!((*self.as_raw()).usecnt)) };
-        CqRef { cq: NonNull::from(self) }
-    }
-}
-
-/// A counted reference on a CQ (see [`Cq::get`]).
-pub(crate) struct CqRef<T: Driver> {
-    cq: NonNull<Cq<T>>,
-}
-
-// SAFETY: a `CqRef` only gives shared access to a `Sync` object.
-unsafe impl<T: Driver> Send for CqRef<T> {}
-// SAFETY: as above.
-unsafe impl<T: Driver> Sync for CqRef<T> {}
-
-impl<T: Driver> core::ops::Deref for CqRef<T> {
-    type Target = Cq<T>;
-    fn deref(&self) -> &Cq<T> {
-        // SAFETY: the `usecnt` reference keeps the CQ alive.
-        unsafe { self.cq.as_ref() }
-    }
-}
-
-impl<T: Driver> Drop for CqRef<T> {
-    fn drop(&mut self) {
-        // SAFETY: releases the reference taken by `Cq::get`.
-        unsafe { ffi::siw_rs_h_atomic_dec(ptr::addr_of_mut!((*self.as_raw()).usecnt)) };
-    }
 }
 
 impl<T: Driver> Qp<T> {
@@ -675,16 +630,6 @@ impl<T: Driver> Mr<T> {
         }
     }
 
-    /// Updates the keys the consumer sees after a fast registration with a
-    /// new key byte.
-    pub(crate) fn set_keys(&self, stag: u32) {
-        // SAFETY: the consumer owns the MR and reads the keys only after the
-        // registration it posted; plain stores.
-        unsafe {
-            (*self.ib.get()).lkey = stag;
-            (*self.ib.get()).rkey = stag;
-        }
-    }
 }
 
 /// How a new MR is created.
@@ -743,11 +688,6 @@ pub(crate) struct QpSlot<T: Driver> {
 }
 
 impl<T: Driver> QpSlot<T> {
-    /// The identity the QP will have ([`Qp::id`]).
-    pub(crate) fn id(&self) -> usize {
-        self.raw.as_ptr() as usize
-    }
-
     /// The raw QP (for the device's QP-number table).
     pub(crate) fn raw(&self) -> NonNull<ffi::ib_qp> {
         self.raw
@@ -813,11 +753,11 @@ unsafe extern "C" fn create_cq_cb<T: Verbs>(
         if a.flags != 0 {
             return Err(eopnotsupp());
         }
-        let mut cattr = CqAttr {
-            entries: a.cqe,
-            comp_vector: a.comp_vector,
-            user: !bundle.is_null(),
-        };
+        if !bundle.is_null() {
+            // User CQs come with the uverbs ABI.
+            return Err(eopnotsupp());
+        }
+        let mut cattr = CqAttr { entries: a.cqe };
         let data = T::create_cq(dev, &mut cattr)?;
         // SAFETY: `cq` is a fresh object of size `size_ib_cq`; `cqe` is ours
         // to set before returning.
@@ -880,8 +820,11 @@ unsafe extern "C" fn create_qp_cb<T: Verbs>(
             rc: a.qp_type == ffi::IB_QPT_RC,
             has_srq: !a.srq.is_null(),
             create_flags: a.create_flags,
-            user: !udata.is_null(),
         };
+        if !udata.is_null() {
+            // User QPs come with the uverbs ABI.
+            return Err(eopnotsupp());
+        }
         let slot = QpSlot { raw: NonNull::new(qp).ok_or(EINVAL)?, _t: PhantomData };
         let (data, qpn) = T::create_qp(pd, &mut qattr, slot)?;
         qattr.caps.write_to(&mut a.cap);
