@@ -55,8 +55,11 @@ pub(crate) enum WqeOp {
     SendInv(u32),
     Write { remote_addr: u64, rkey: u32 },
     Read { remote_addr: u64, rkey: u32 },
-    /// A Read that invalidates local STag `inv` when its response is in.
-    ReadInv { remote_addr: u64, rkey: u32, inv: u32 },
+    /// A Read that invalidates its local sink STag when its response is in
+    /// (RFC 5040 Read with local invalidate). The verbs WR also carries an
+    /// `invalidate_rkey`, but the kernel's rdma_rw sets it before it bumps
+    /// the MR's key, so it is not used: the sink SGE's lkey is the STag.
+    ReadInv { remote_addr: u64, rkey: u32 },
     LocalInv(u32),
     RegMr { mem: Arc<Mem>, key: u8, access: Access, iova: u64, len: u64, page_size: u32 },
 }
@@ -438,7 +441,7 @@ pub(crate) fn post_send(qp: &Qp<SiwRs>, wr: &SendWr<'_, SiwRs>) -> Result {
         SendOp::Write { remote_addr, rkey } => WqeOp::Write { remote_addr, rkey },
 
         SendOp::Read { remote_addr, rkey } => WqeOp::Read { remote_addr, rkey },
-        SendOp::ReadInv { remote_addr, rkey, inv } => WqeOp::ReadInv { remote_addr, rkey, inv },
+        SendOp::ReadInv { remote_addr, rkey, .. } => WqeOp::ReadInv { remote_addr, rkey },
         // RFC 7306 atomics and immediate data are not implemented yet (the
         // device does not advertise them).
         SendOp::SendImm(_) | SendOp::WriteImm { .. } | SendOp::CmpSwap { .. } | SendOp::FetchAdd { .. } => {
@@ -703,10 +706,7 @@ pub(crate) fn read_sink(qp: &Qp<SiwRs>) -> Option<(u32, u64, u32, Option<u32>)> 
         }
         if let Some(Some((w, false))) = inner.pending.slots.get(i) {
             let s = w.sges.first().copied().unwrap_or_default();
-            let inv = match w.op {
-                WqeOp::ReadInv { inv, .. } => Some(inv),
-                _ => None,
-            };
+            let inv = matches!(w.op, WqeOp::ReadInv { .. }).then_some(s.lkey);
             return Some((s.lkey, s.addr, w.len, inv));
         }
     }
