@@ -23,7 +23,7 @@ use crate::{
     qp,
     verbs::Qp,
 };
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use kernel::{
     new_mutex,
     prelude::*,
@@ -33,6 +33,9 @@ use kernel::{
 
 /// How long each handshake step may take.
 pub(crate) const MPA_TIMEOUT_MS: u32 = 10_000;
+
+/// Most MPA handshakes one listener runs at once (and at most its backlog).
+const MAX_PENDING_HANDSHAKES: i32 = 64;
 
 fn mpa_config(ird: u32, ord: u32, private_data: &[u8]) -> MpaConfig<'_> {
     let ird = u16::try_from(ird.min(MAX_IRD)).unwrap_or(0);
@@ -160,6 +163,11 @@ pub(crate) struct Listener {
     id: CmId,
     sock: Socket,
     stopped: AtomicBool,
+    /// Handshakes in progress (each holds a worker for up to the MPA
+    /// timeout); bounded by `max_pending` so that peers opening
+    /// connections and sending nothing cannot tie up every worker.
+    pending: AtomicU32,
+    max_pending: u32,
     #[pin]
     attached: Mutex<Option<crate::net::Attached<Listener>>>,
 }
@@ -193,8 +201,26 @@ impl Listener {
             };
             match r {
                 Ok(Some(s)) => {
+                    let busy = self
+                        .pending
+                        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                            if n < self.max_pending { Some(n + 1) } else { None }
+                        })
+                        .is_err();
+                    if busy {
+                        // Refuse: closing the socket resets the peer.
+                        pr_debug!("too many MPA handshakes in progress; refusing a connection\n");
+                        continue;
+                    }
                     let me = self.clone();
-                    if workqueue::system_long().try_spawn(GFP_KERNEL, move || me.passive(s)).is_err() {
+                    if workqueue::system_long()
+                        .try_spawn(GFP_KERNEL, move || {
+                            me.passive(s);
+                            me.pending.fetch_sub(1, Ordering::AcqRel);
+                        })
+                        .is_err()
+                    {
+                        self.pending.fetch_sub(1, Ordering::AcqRel);
                         pr_warn!("cannot queue an MPA handshake\n");
                     }
                 }
@@ -208,7 +234,7 @@ impl Listener {
     }
 
     /// Reads the MPA Request of a new connection and reports it.
-    fn passive(self: Arc<Self>, sock: Socket) {
+    fn passive(&self, sock: Socket) {
         sock.set_timeouts(MPA_TIMEOUT_MS, MPA_TIMEOUT_MS);
         let res = (|| -> Result<()> {
             let cfg = mpa_config(MAX_IRD, MAX_ORD, &[]);
@@ -298,7 +324,14 @@ pub(crate) fn create_listen(dev: &Device<SiwRs>, id: CmId, backlog: i32) -> Resu
     sock.bind(&addr)?;
     sock.listen(backlog.max(1))?;
     let l = Arc::pin_init(
-        pin_init!(Listener { id, sock, stopped: AtomicBool::new(false), attached <- new_mutex!(None) }),
+        pin_init!(Listener {
+            id,
+            sock,
+            stopped: AtomicBool::new(false),
+            pending: AtomicU32::new(0),
+            max_pending: u32::try_from(backlog.clamp(1, MAX_PENDING_HANDSHAKES)).unwrap_or(1),
+            attached <- new_mutex!(None),
+        }),
         GFP_KERNEL,
     )?;
     Ok(l)
