@@ -50,7 +50,9 @@ nvmeof_target_down() {
 
 # nvmeof_connect: host side; prints the block device.
 nvmeof_connect() {
-	timeout 120 nvme connect -t rdma -a 10.55.0.1 -s 4420 -n "$NVMEOF_NQN" -i 1 >/dev/null
+	# A short controller-loss timeout makes I/O fail, not hang, if the
+	# connection breaks.
+	timeout 120 nvme connect -t rdma -a 10.55.0.1 -s 4420 -n "$NVMEOF_NQN" -i 1 -l 20 -c 2 >/dev/null
 	local i dev=""
 	for ((i = 0; i < 50; i++)); do
 		dev=$(nvme list -o json 2>/dev/null | grep -o '"DevicePath" *: *"/dev/nvme[0-9]*n1"' | grep -o '/dev/nvme[0-9]*n1' | head -1)
@@ -73,8 +75,11 @@ nvmeof_cleanup() {
 nvmeof_verify() {
 	local dev=$1 pat=/tmp/nvmeof.pat back=/tmp/nvmeof.back
 	dd if=/dev/urandom of=$pat bs=1M count="$NVMEOF_MIB" status=none
-	dd if=$pat of="$dev" bs=64k oflag=direct status=none
-	dd if="$dev" of=$back bs=64k count=$((NVMEOF_MIB * 16)) iflag=direct status=none
+	# Bounded: a broken data path makes the host reconnect forever.
+	timeout 300 dd if=$pat of="$dev" bs=64k oflag=direct status=none ||
+		fail_because "writing $NVMEOF_MIB MiB failed or timed out" || return 1
+	timeout 300 dd if="$dev" of=$back bs=64k count=$((NVMEOF_MIB * 16)) iflag=direct status=none ||
+		fail_because "reading $NVMEOF_MIB MiB failed or timed out" || return 1
 	cmp $pat $back || fail_because "data read back differs from data written" || return 1
 	echo "    $NVMEOF_MIB MiB written and read back identical over $2"
 }
@@ -110,7 +115,7 @@ test_61_nvmeof_disconnect_during_io_and_reconnect() {
 	dev=$(nvmeof_connect) || return 1
 	# I/O in flight while the controller goes away: the writer must fail
 	# or finish, never hang, and the kernel must stay clean.
-	dd if=/dev/urandom of="$dev" bs=64k count=256 oflag=direct status=none 2>/dev/null &
+	timeout 300 dd if=/dev/urandom of="$dev" bs=64k count=256 oflag=direct status=none 2>/dev/null &
 	local writer=$!
 	sleep 2
 	nvmeof_disconnect
