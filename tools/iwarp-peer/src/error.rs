@@ -1,0 +1,139 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The tool's error type: every way a run can fail, with a message that
+//! says what happened on the wire.
+
+use std::fmt;
+use std::io;
+
+use iwarp_core::mpa::MpaError;
+use iwarp_core::rx::RxError;
+use iwarp_core::terminate::{TermCode, TerminateRepr};
+use iwarp_core::tx::TxError;
+
+/// Result with the tool's [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Why a run failed.
+#[derive(Debug)]
+pub enum Error {
+    /// Bad command line.
+    Usage(String),
+    /// A socket operation failed; `what` names it.
+    Io {
+        /// The operation, e.g. "connect to 127.0.0.1:7174".
+        what: String,
+        /// The OS error.
+        err: io::Error,
+    },
+    /// Nothing arrived within the timeout; `what` says what was awaited.
+    Timeout(String),
+    /// The MPA handshake failed.
+    Mpa(MpaError),
+    /// The responder rejected the connection.
+    Rejected {
+        /// Private data of the reject Reply.
+        private_data: Vec<u8>,
+    },
+    /// The peer closed the connection (at an FPDU boundary).
+    PeerClosed,
+    /// The peer reset the connection.
+    PeerReset,
+    /// The peer closed the connection in the middle of an FPDU; a
+    /// TERMINATE (LLP/MPA "connection lost") was sent back if possible.
+    Truncated,
+    /// The peer sent a TERMINATE.
+    PeerTerminate(TerminateRepr),
+    /// The peer sent a TERMINATE that does not parse.
+    BadTerminate,
+    /// An inbound frame was invalid: its TERMINATE was sent to the peer.
+    LocalTerminate(RxError),
+    /// The transmit builder refused a message (a local bug or bad option).
+    Tx(TxError),
+    /// The peer broke the application protocol.
+    Protocol(String),
+    /// Verified data differs from what was expected.
+    Mismatch {
+        /// Which transfer (e.g. "ping 3 echo").
+        what: String,
+        /// Offset of the first differing octet.
+        offset: usize,
+        /// The expected octet.
+        expected: u8,
+        /// The octet found.
+        actual: u8,
+    },
+}
+
+impl Error {
+    /// An [`Error::Io`] for operation `what`, mapping timeouts, resets and
+    /// early EOF to their own variants.
+    pub fn io(what: impl Into<String>, err: io::Error) -> Self {
+        let what = what.into();
+        match err.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Error::Timeout(what),
+            io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted => Error::PeerReset,
+            _ => Error::Io { what, err },
+        }
+    }
+}
+
+/// Formats a TERMINATE code as `layer/type/code (name)`.
+pub fn term_code_str(code: TermCode) -> String {
+    let (l, t, c) = code.wire();
+    format!("{l}/{t}/{c:#04x} ({code:?})")
+}
+
+fn hex(data: &[u8]) -> String {
+    data.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Usage(m) => write!(f, "usage: {m}"),
+            Error::Io { what, err } => write!(f, "{what}: {err}"),
+            Error::Timeout(what) => write!(f, "timed out: {what}"),
+            Error::Mpa(e) => write!(f, "MPA handshake failed: {e}"),
+            Error::Rejected { private_data } => write!(
+                f,
+                "connection rejected by the peer (private data: {})",
+                if private_data.is_empty() { "none".to_string() } else { hex(private_data) }
+            ),
+            Error::PeerClosed => f.write_str("peer closed the connection"),
+            Error::PeerReset => f.write_str("peer reset the connection"),
+            Error::Truncated => f.write_str(
+                "peer closed the connection inside an FPDU (sent TERMINATE 2/0/0x01)",
+            ),
+            Error::PeerTerminate(t) => {
+                write!(f, "peer sent TERMINATE {}", term_code_str(t.code))
+            }
+            Error::BadTerminate => f.write_str("peer sent a malformed TERMINATE"),
+            Error::LocalTerminate(e) => write!(
+                f,
+                "invalid frame from peer ({:?}): sent TERMINATE {}",
+                e.kind,
+                term_code_str(e.code())
+            ),
+            Error::Tx(e) => write!(f, "cannot build message: {e:?}"),
+            Error::Protocol(m) => write!(f, "protocol error: {m}"),
+            Error::Mismatch { what, offset, expected, actual } => write!(
+                f,
+                "data mismatch in {what} at offset {offset}: expected {expected:#04x}, got {actual:#04x}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<TxError> for Error {
+    fn from(e: TxError) -> Self {
+        Error::Tx(e)
+    }
+}
+
+impl From<MpaError> for Error {
+    fn from(e: MpaError) -> Self {
+        Error::Mpa(e)
+    }
+}
