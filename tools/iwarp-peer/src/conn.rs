@@ -163,7 +163,8 @@ impl Listener {
     /// Binds `addr` (port 0 picks an ephemeral port).
     pub fn bind(addr: &str) -> Result<Self> {
         let addrs = resolve(addr)?;
-        let inner = TcpListener::bind(&addrs[..]).map_err(|e| Error::io(format!("listen on {addr}"), e))?;
+        let inner =
+            TcpListener::bind(&addrs[..]).map_err(|e| Error::io(format!("listen on {addr}"), e))?;
         inner
             .set_nonblocking(true)
             .map_err(|e| Error::io("configure listener", e))?;
@@ -172,7 +173,9 @@ impl Listener {
 
     /// The bound address.
     pub fn local_addr(&self) -> Result<SocketAddr> {
-        self.inner.local_addr().map_err(|e| Error::io("listener address", e))
+        self.inner
+            .local_addr()
+            .map_err(|e| Error::io("listener address", e))
     }
 
     /// Waits at most `timeout` for a connection.
@@ -181,7 +184,8 @@ impl Listener {
         loop {
             match self.inner.accept() {
                 Ok((s, _)) => {
-                    s.set_nonblocking(false).map_err(|e| Error::io("configure socket", e))?;
+                    s.set_nonblocking(false)
+                        .map_err(|e| Error::io("configure socket", e))?;
                     prepare(&s, timeout)?;
                     return Ok(s);
                 }
@@ -206,7 +210,9 @@ fn read_some(stream: &mut TcpStream, buf: &mut [u8], what: &str) -> Result<usize
 }
 
 fn write_frame(stream: &mut TcpStream, frame: &[u8]) -> Result<()> {
-    stream.write_all(frame).map_err(|e| Error::io("send MPA frame", e))
+    stream
+        .write_all(frame)
+        .map_err(|e| Error::io("send MPA frame", e))
 }
 
 fn peer_of(stream: &TcpStream) -> Result<SocketAddr> {
@@ -243,7 +249,9 @@ pub fn initiate(mut stream: TcpStream, opts: &MpaOptions) -> Result<Established>
                 return Err(Error::Rejected { private_data });
             }
             Some(Event::RequestReceived(_)) => {
-                return Err(Error::Protocol("MPA Request received by the initiator".into()))
+                return Err(Error::Protocol(
+                    "MPA Request received by the initiator".into(),
+                ))
             }
         }
     }
@@ -293,7 +301,10 @@ pub fn respond(mut stream: TcpStream, opts: &MpaOptions) -> Result<Accepted> {
     };
     if !extra.is_empty() {
         // Data before our Reply: the core reports it as UnexpectedData.
-        let e = hs.feed(&extra).err().unwrap_or(iwarp_core::mpa::MpaError::UnexpectedData);
+        let e = hs
+            .feed(&extra)
+            .err()
+            .unwrap_or(iwarp_core::mpa::MpaError::UnexpectedData);
         return Err(Error::Mpa(e));
     }
     let peer_private_data = hs.peer_private_data().to_vec();

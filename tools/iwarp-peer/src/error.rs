@@ -7,7 +7,7 @@ use std::io;
 
 use iwarp_core::mpa::MpaError;
 use iwarp_core::rx::RxError;
-use iwarp_core::terminate::{TermCode, TerminateRepr};
+use iwarp_core::terminate::{MpaCode, TermCode, TerminateRepr};
 use iwarp_core::tx::TxError;
 
 /// Result with the tool's [`Error`].
@@ -101,8 +101,10 @@ impl fmt::Display for Error {
             ),
             Error::PeerClosed => f.write_str("peer closed the connection"),
             Error::PeerReset => f.write_str("peer reset the connection"),
-            Error::Truncated => f.write_str(
-                "peer closed the connection inside an FPDU (sent TERMINATE 2/0/0x01)",
+            Error::Truncated => write!(
+                f,
+                "peer closed the connection inside an FPDU: sent TERMINATE {}",
+                term_code_str(TermCode::Mpa(MpaCode::ConnectionLost))
             ),
             Error::PeerTerminate(t) => {
                 write!(f, "peer sent TERMINATE {}", term_code_str(t.code))

@@ -15,7 +15,10 @@
 use std::fmt;
 use std::time::Duration;
 
-use iwarp_core::ddp::{ControlField, DdpHeader, CTRL_DV_MASK, CTRL_DV_SHIFT, CTRL_OPCODE_MASK, CTRL_RV_MASK, CTRL_RV_SHIFT};
+use iwarp_core::ddp::{
+    ControlField, DdpHeader, CTRL_DV_MASK, CTRL_DV_SHIFT, CTRL_OPCODE_MASK, CTRL_RV_MASK,
+    CTRL_RV_SHIFT,
+};
 use iwarp_core::rdmap::{Opcode, ReadRequest, QN_SEND};
 use iwarp_core::terminate::{
     MpaCode, RemoteOperationCode, RemoteProtectionCode, TaggedCode, TermCode, TerminateRepr,
@@ -125,7 +128,10 @@ impl InjectKind {
 
     /// Whether the kind attacks the buffer the peer advertised.
     pub fn needs_advertisement(self) -> bool {
-        matches!(self, InjectKind::WriteOutOfBounds | InjectKind::ReadOutOfBounds)
+        matches!(
+            self,
+            InjectKind::WriteOutOfBounds | InjectKind::ReadOutOfBounds
+        )
     }
 }
 
@@ -148,22 +154,64 @@ pub enum Expect {
 
 /// Names accepted by `--expect-term`, besides `LAYER:TYPE:CODE`.
 pub const TERM_NAMES: &[(&str, TermCode)] = &[
-    ("mpa-connection-lost", TermCode::Mpa(MpaCode::ConnectionLost)),
+    (
+        "mpa-connection-lost",
+        TermCode::Mpa(MpaCode::ConnectionLost),
+    ),
     ("mpa-crc", TermCode::Mpa(MpaCode::CrcError)),
     ("mpa-marker", TermCode::Mpa(MpaCode::MarkerMismatch)),
-    ("ddp-tagged-invalid-stag", TermCode::DdpTagged(TaggedCode::InvalidStag)),
-    ("ddp-tagged-bounds", TermCode::DdpTagged(TaggedCode::BaseBounds)),
-    ("ddp-tagged-version", TermCode::DdpTagged(TaggedCode::InvalidVersion)),
-    ("ddp-untagged-invalid-qn", TermCode::DdpUntagged(UntaggedCode::InvalidQn)),
-    ("ddp-untagged-no-buffer", TermCode::DdpUntagged(UntaggedCode::MsnNoBuffer)),
-    ("ddp-untagged-msn-range", TermCode::DdpUntagged(UntaggedCode::MsnRange)),
-    ("ddp-untagged-too-long", TermCode::DdpUntagged(UntaggedCode::MessageTooLong)),
-    ("ddp-untagged-version", TermCode::DdpUntagged(UntaggedCode::InvalidVersion)),
-    ("rdmap-invalid-stag", TermCode::RdmapRemoteProtection(RemoteProtectionCode::InvalidStag)),
-    ("rdmap-bounds", TermCode::RdmapRemoteProtection(RemoteProtectionCode::BaseBounds)),
-    ("rdmap-access", TermCode::RdmapRemoteProtection(RemoteProtectionCode::AccessRights)),
-    ("rdmap-version", TermCode::RdmapRemoteOperation(RemoteOperationCode::InvalidVersion)),
-    ("rdmap-unexpected-opcode", TermCode::RdmapRemoteOperation(RemoteOperationCode::UnexpectedOpcode)),
+    (
+        "ddp-tagged-invalid-stag",
+        TermCode::DdpTagged(TaggedCode::InvalidStag),
+    ),
+    (
+        "ddp-tagged-bounds",
+        TermCode::DdpTagged(TaggedCode::BaseBounds),
+    ),
+    (
+        "ddp-tagged-version",
+        TermCode::DdpTagged(TaggedCode::InvalidVersion),
+    ),
+    (
+        "ddp-untagged-invalid-qn",
+        TermCode::DdpUntagged(UntaggedCode::InvalidQn),
+    ),
+    (
+        "ddp-untagged-no-buffer",
+        TermCode::DdpUntagged(UntaggedCode::MsnNoBuffer),
+    ),
+    (
+        "ddp-untagged-msn-range",
+        TermCode::DdpUntagged(UntaggedCode::MsnRange),
+    ),
+    (
+        "ddp-untagged-too-long",
+        TermCode::DdpUntagged(UntaggedCode::MessageTooLong),
+    ),
+    (
+        "ddp-untagged-version",
+        TermCode::DdpUntagged(UntaggedCode::InvalidVersion),
+    ),
+    (
+        "rdmap-invalid-stag",
+        TermCode::RdmapRemoteProtection(RemoteProtectionCode::InvalidStag),
+    ),
+    (
+        "rdmap-bounds",
+        TermCode::RdmapRemoteProtection(RemoteProtectionCode::BaseBounds),
+    ),
+    (
+        "rdmap-access",
+        TermCode::RdmapRemoteProtection(RemoteProtectionCode::AccessRights),
+    ),
+    (
+        "rdmap-version",
+        TermCode::RdmapRemoteOperation(RemoteOperationCode::InvalidVersion),
+    ),
+    (
+        "rdmap-unexpected-opcode",
+        TermCode::RdmapRemoteOperation(RemoteOperationCode::UnexpectedOpcode),
+    ),
 ];
 
 fn parse_num(s: &str) -> Option<u8> {
@@ -315,7 +363,9 @@ pub fn fire(qp: &mut Qp, kind: InjectKind, adv: Option<BufferInfo>, len: u32) ->
     match kind {
         InjectKind::BadCrc => {
             if !qp.wire().transmitter().crc_enabled() {
-                return Err(Error::Usage("--inject bad-crc needs CRC: use --crc on".into()));
+                return Err(Error::Usage(
+                    "--inject bad-crc needs CRC: use --crc on".into(),
+                ));
             }
             let mut frame = qp.wire().emit(&Message::Send { len: 16 }, PROBE)?;
             // The last octet is always part of the CRC field.
@@ -333,12 +383,20 @@ pub fn fire(qp: &mut Qp, kind: InjectKind, adv: Option<BufferInfo>, len: u32) ->
             qp.wire().write_raw(&frame)
         }
         InjectKind::InvalidStag => {
-            let msg = Message::RdmaWrite { len: 16, stag: UNADVERTISED_STAG, to: adv.map_or(0, |a| a.addr) };
+            let msg = Message::RdmaWrite {
+                len: 16,
+                stag: UNADVERTISED_STAG,
+                to: adv.map_or(0, |a| a.addr),
+            };
             qp.wire().send(&msg, PROBE)
         }
         InjectKind::WriteOutOfBounds => {
             let b = target(kind, adv)?;
-            let msg = Message::RdmaWrite { len: 16, stag: b.stag, to: straddling_end(&b) };
+            let msg = Message::RdmaWrite {
+                len: 16,
+                stag: b.stag,
+                to: straddling_end(&b),
+            };
             qp.wire().send(&msg, PROBE)
         }
         InjectKind::ReadOutOfBounds => {
@@ -402,7 +460,13 @@ fn trickle(qp: &mut Qp, server: bool, o: &RpingOptions) -> Result<Outcome> {
     Ok(Outcome::Completed)
 }
 
-fn attack(qp: &mut Qp, kind: InjectKind, server: bool, o: &RpingOptions, len: u32) -> Result<Outcome> {
+fn attack(
+    qp: &mut Qp,
+    kind: InjectKind,
+    server: bool,
+    o: &RpingOptions,
+    len: u32,
+) -> Result<Outcome> {
     let adv = if server {
         rping::server_setup(qp, o);
         let adv = rping::await_advertisement(qp)?;

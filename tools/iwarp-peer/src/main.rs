@@ -63,7 +63,10 @@ fn run(o: &Options) -> Result<bool> {
         println!("inject {kind}: {outcome}");
         return Ok(match o.expect {
             Some(e) => outcome.matches(e),
-            None => !matches!(outcome, inject::Outcome::Timeout | inject::Outcome::Failed(_)),
+            None => !matches!(
+                outcome,
+                inject::Outcome::Timeout | inject::Outcome::Failed(_)
+            ),
         });
     }
     match o.mode {

@@ -102,7 +102,8 @@ fn usage(m: impl Into<String>) -> Error {
 }
 
 fn number<T: std::str::FromStr>(opt: &str, v: &str) -> Result<T> {
-    v.parse().map_err(|_| usage(format!("{opt}: bad number {v}")))
+    v.parse()
+        .map_err(|_| usage(format!("{opt}: bad number {v}")))
 }
 
 fn size(v: &str) -> Result<usize> {
@@ -121,7 +122,7 @@ fn size(v: &str) -> Result<usize> {
 /// Parses a hex string (optional `0x`, no separators).
 pub fn hex(v: &str) -> Result<Vec<u8>> {
     let v = v.strip_prefix("0x").unwrap_or(v);
-    if v.len() % 2 != 0 {
+    if !v.len().is_multiple_of(2) {
         return Err(usage("--private-data: odd number of hex digits"));
     }
     (0..v.len())
@@ -175,7 +176,9 @@ impl<'a> Args<'a> {
 impl Options {
     /// Parses the arguments after the program name.
     pub fn parse(argv: &[String]) -> Result<Self> {
-        let (cmd, rest) = argv.split_first().ok_or_else(|| usage("missing client or server"))?;
+        let (cmd, rest) = argv
+            .split_first()
+            .ok_or_else(|| usage("missing client or server"))?;
         let mut o = Options {
             role: Role::Client(String::new()),
             mode: Mode::Rping,
@@ -231,7 +234,8 @@ impl Options {
                 "--reject" => o.mpa.reject = true,
                 "--inject" => {
                     let k = args.value(opt)?;
-                    let kind = InjectKind::parse(k).ok_or_else(|| usage(format!("--inject {k}: unknown kind")))?;
+                    let kind = InjectKind::parse(k)
+                        .ok_or_else(|| usage(format!("--inject {k}: unknown kind")))?;
                     o.inject = Some(kind);
                 }
                 "--inject-len" => o.inject_len = number(opt, args.value(opt)?)?,
@@ -256,7 +260,9 @@ impl Options {
             o.mpa.crc = CrcPolicy::On;
         }
         if expect_rfc {
-            let k = o.inject.ok_or_else(|| usage("--expect-term rfc needs --inject"))?;
+            let k = o
+                .inject
+                .ok_or_else(|| usage("--expect-term rfc needs --inject"))?;
             o.expect = Some(k.expected());
         }
         if o.expect.is_some() && o.inject.is_none() {
@@ -284,7 +290,10 @@ mod tests {
         let o = parse("client --connect [::1]:7174").unwrap();
         assert_eq!(o.role, Role::Client("[::1]:7174".into()));
         assert_eq!(o.mpa.crc, CrcPolicy::PreferOff);
-        assert_eq!((o.mpa.ird, o.mpa.ord, o.rping.count, o.rping.size), (1, 1, 1, 64));
+        assert_eq!(
+            (o.mpa.ird, o.mpa.ord, o.rping.count, o.rping.size),
+            (1, 1, 1, 64)
+        );
         assert!(o.mpa.enhanced && !o.mpa.markers_rx && !o.mpa.p2p);
     }
 
@@ -299,7 +308,10 @@ mod tests {
         assert_eq!(o.rping.count, 0);
         assert_eq!(o.mpa.private_data, vec![1, 0xff]);
         assert_eq!(o.mpa.rtr, RtrSet::only(Rtr::Send));
-        assert_eq!(o.expect, Some(Expect::Term(TermCode::DdpTagged(TaggedCode::InvalidStag))));
+        assert_eq!(
+            o.expect,
+            Some(Expect::Term(TermCode::DdpTagged(TaggedCode::InvalidStag)))
+        );
         let o = parse("client --connect a:1 --inject bad-crc --expect-term rfc").unwrap();
         assert_eq!(o.mpa.crc, CrcPolicy::On);
         assert_eq!(o.expect, Some(InjectKind::BadCrc.expected()));

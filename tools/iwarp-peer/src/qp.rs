@@ -161,7 +161,13 @@ impl MrTable {
         self.mrs.iter_mut().find(|m| m.stag == stag)
     }
 
-    fn check(&self, stag: u32, to: u64, len: u32, need: Need) -> std::result::Result<(), AccessError> {
+    fn check(
+        &self,
+        stag: u32,
+        to: u64,
+        len: u32,
+        need: Need,
+    ) -> std::result::Result<(), AccessError> {
         let mr = self
             .get(stag)
             .filter(|m| m.valid)
@@ -199,7 +205,8 @@ fn rdmap_code(e: AccessError) -> TermCode {
     })
 }
 
-const UNEXPECTED_OPCODE: TermCode = TermCode::RdmapRemoteOperation(RemoteOperationCode::UnexpectedOpcode);
+const UNEXPECTED_OPCODE: TermCode =
+    TermCode::RdmapRemoteOperation(RemoteOperationCode::UnexpectedOpcode);
 const LOCAL_CATASTROPHIC: TermCode = TermCode::RdmapLocalCatastrophic(0xff);
 
 /// A completed work request.
@@ -257,7 +264,10 @@ impl Local {
     fn posted_len(&self, qn: u32) -> Option<u32> {
         match qn {
             QN_SEND if self.awaiting_rtr == Some(Rtr::Send) => Some(0),
-            QN_SEND => self.rq.front().map(|&n| u32::try_from(n).unwrap_or(u32::MAX)),
+            QN_SEND => self
+                .rq
+                .front()
+                .map(|&n| u32::try_from(n).unwrap_or(u32::MAX)),
             QN_READ_REQUEST => (self.inbound.len() < self.ird).then_some(u32::MAX),
             _ => None,
         }
@@ -283,7 +293,9 @@ impl Local {
                 if h.payload_len == 0 {
                     return Ok(()); // names no memory (RTR)
                 }
-                self.mrs.check(stag, to, h.payload_len, Need::RemoteWrite).map_err(ddp_code)
+                self.mrs
+                    .check(stag, to, h.payload_len, Need::RemoteWrite)
+                    .map_err(ddp_code)
             }
             (Opcode::RdmaReadResponse, Target::Tagged { stag, to }) => {
                 let out = self.outstanding.front().ok_or(UNEXPECTED_OPCODE)?;
@@ -293,7 +305,9 @@ impl Local {
                 if stag != out.sink {
                     return Err(TermCode::DdpTagged(TaggedCode::InvalidStag));
                 }
-                self.mrs.check(stag, to, h.payload_len, Need::Local).map_err(ddp_code)
+                self.mrs
+                    .check(stag, to, h.payload_len, Need::Local)
+                    .map_err(ddp_code)
             }
             (Opcode::RdmaReadRequest, _) => match h.fixed {
                 Some(FixedPayload::ReadRequest(rr)) if rr.read_size > 0 => self
@@ -341,7 +355,9 @@ impl Local {
                 let out = self.outstanding.pop_front().ok_or(UNEXPECTED_OPCODE)?;
                 if len != u64::from(out.len) {
                     // RFC 5040 has no specific code for a short Response.
-                    return Err(TermCode::RdmapRemoteOperation(RemoteOperationCode::Unspecified));
+                    return Err(TermCode::RdmapRemoteOperation(
+                        RemoteOperationCode::Unspecified,
+                    ));
                 }
                 if out.user {
                     self.completions.push_back(Completion::ReadDone {
@@ -368,7 +384,11 @@ impl Local {
         Ok(())
     }
 
-    fn send_done(&mut self, len: u64, invalidate: Option<u32>) -> std::result::Result<(), TermCode> {
+    fn send_done(
+        &mut self,
+        len: u64,
+        invalidate: Option<u32>,
+    ) -> std::result::Result<(), TermCode> {
         if let Some(stag) = invalidate {
             let mr = self.mrs.get_mut(stag).filter(|m| m.valid).ok_or(
                 TermCode::RdmapRemoteOperation(RemoteOperationCode::CannotInvalidate),
@@ -401,7 +421,9 @@ impl Wire {
     /// and advances the stream) without sending them.
     pub fn emit(&mut self, msg: &Message, payload: &[u8]) -> Result<Vec<u8>> {
         let mut out = vec![0u8; self.tx.message_wire_len(msg)?];
-        let n = self.tx.emit_message(msg, payload, &mut self.crc, &mut out)?;
+        let n = self
+            .tx
+            .emit_message(msg, payload, &mut self.crc, &mut out)?;
         out.truncate(n);
         Ok(out)
     }
@@ -417,7 +439,8 @@ impl Wire {
     /// builder is not advanced: use it for the last frame of a stream.
     pub fn frame(&mut self, ulpdu: &[u8]) -> Result<Vec<u8>> {
         let mut markers = self.tx.marker_state();
-        let ulen = u16::try_from(ulpdu.len()).map_err(|_| mpa::MpaError::UlpduTooLong(ulpdu.len()))?;
+        let ulen =
+            u16::try_from(ulpdu.len()).map_err(|_| mpa::MpaError::UlpduTooLong(ulpdu.len()))?;
         let mut out = vec![0u8; mpa::fpdu_wire_len(ulen, markers.as_ref())];
         let crc: Option<&mut dyn CrcEngine> = if self.tx.crc_enabled() {
             Some(&mut self.crc)
@@ -440,7 +463,10 @@ impl Wire {
                 }
                 Ok(())
             }
-            None => self.stream.write_all(bytes).map_err(|e| Error::io("send", e)),
+            None => self
+                .stream
+                .write_all(bytes)
+                .map_err(|e| Error::io("send", e)),
         }
     }
 
@@ -467,13 +493,19 @@ impl Wire {
     /// our last frames are not destroyed by a reset.
     fn linger(&mut self) {
         let deadline = Instant::now() + LINGER;
-        let _ = self.stream.set_read_timeout(Some(Duration::from_millis(100)));
+        let _ = self
+            .stream
+            .set_read_timeout(Some(Duration::from_millis(100)));
         let mut buf = [0u8; 4096];
         while Instant::now() < deadline {
             match self.stream.read(&mut buf) {
                 Ok(0) => break,
                 Ok(_) => {}
-                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
                 Err(_) => break,
             }
         }
@@ -528,7 +560,11 @@ impl Qp {
     fn send_rtr(&mut self, rtr: Rtr) -> Result<()> {
         let msg = match rtr {
             Rtr::Send => Message::Send { len: 0 },
-            Rtr::Write => Message::RdmaWrite { len: 0, stag: 0, to: 0 },
+            Rtr::Write => Message::RdmaWrite {
+                len: 0,
+                stag: 0,
+                to: 0,
+            },
             Rtr::Read => {
                 self.local.outstanding.push_back(OutRead {
                     sink: 0,
@@ -588,7 +624,14 @@ impl Qp {
 
     /// RDMA Writes `len` octets at offset `off` of local region `stag` to
     /// the peer's (`remote_stag`, `remote_to`).
-    pub fn write(&mut self, stag: u32, off: usize, len: u32, remote_stag: u32, remote_to: u64) -> Result<()> {
+    pub fn write(
+        &mut self,
+        stag: u32,
+        off: usize,
+        len: u32,
+        remote_stag: u32,
+        remote_to: u64,
+    ) -> Result<()> {
         self.ready()?;
         let mr = self.local.mrs.get(stag).ok_or_else(|| unknown_mr(stag))?;
         let data = off
@@ -606,7 +649,14 @@ impl Qp {
     /// Posts an RDMA Read of `len` octets from the peer's (`remote_stag`,
     /// `remote_to`) into offset `off` of local region `stag`; it completes
     /// with [`Completion::ReadDone`]. Fails if ORD Reads are outstanding.
-    pub fn read(&mut self, stag: u32, off: usize, len: u32, remote_stag: u32, remote_to: u64) -> Result<()> {
+    pub fn read(
+        &mut self,
+        stag: u32,
+        off: usize,
+        len: u32,
+        remote_stag: u32,
+        remote_to: u64,
+    ) -> Result<()> {
         self.ready()?;
         if self.local.outstanding.len() >= usize::from(self.negotiated.ord) {
             return Err(Error::Usage(format!(
@@ -659,7 +709,9 @@ impl Qp {
     pub fn wait_read(&mut self) -> Result<u32> {
         match self.poll()? {
             Completion::ReadDone { len, .. } => Ok(len),
-            c => Err(Error::Protocol(format!("expected an RDMA Read completion, got {c:?}"))),
+            c => Err(Error::Protocol(format!(
+                "expected an RDMA Read completion, got {c:?}"
+            ))),
         }
     }
 
@@ -753,7 +805,11 @@ fn unknown_mr(stag: u32) -> Error {
 /// Feeds one piece of the inbound stream through the receive parser,
 /// handling its events; an invalid frame yields the parser's error with
 /// the TERMINATE to send.
-fn feed(rx: &mut Receiver<SoftCrc32c>, local: &mut Local, piece: &[u8]) -> std::result::Result<(), RxError> {
+fn feed(
+    rx: &mut Receiver<SoftCrc32c>,
+    local: &mut Local,
+    piece: &[u8],
+) -> std::result::Result<(), RxError> {
     let mut rest = piece;
     while local.peer_term.is_none() {
         let mut posted = |qn: u32, _msn: u32, _op: Opcode| local.posted_len(qn);

@@ -56,7 +56,10 @@ impl BufferInfo {
     /// `rping` insists).
     pub fn decode(data: &[u8]) -> Result<Self> {
         let b: &[u8; INFO_LEN] = data.try_into().map_err(|_| {
-            Error::Protocol(format!("buffer-info Send of {} octets, expected {INFO_LEN}", data.len()))
+            Error::Protocol(format!(
+                "buffer-info Send of {} octets, expected {INFO_LEN}",
+                data.len()
+            ))
         })?;
         let (addr, rest) = b.split_at(8);
         let (stag, size) = rest.split_at(4);
@@ -116,7 +119,9 @@ pub fn ping_data(ping: u32, size: usize) -> Vec<u8> {
 
 /// Octets the server echoes: `strlen(buf) + 1`, at most the buffer.
 pub fn echo_len(buf: &[u8]) -> usize {
-    buf.iter().position(|&b| b == 0).map_or(buf.len(), |p| p + 1)
+    buf.iter()
+        .position(|&b| b == 0)
+        .map_or(buf.len(), |p| p + 1)
 }
 
 /// Compares `actual` with `expected` octet for octet.
@@ -178,7 +183,9 @@ pub fn client(qp: &mut Qp, o: &RpingOptions) -> Result<Summary> {
     qp.post_recv(INFO_LEN);
     let mut ping = 0u32;
     while o.count == 0 || ping < o.count {
-        qp.mr_mut(start)?.data_mut().copy_from_slice(&ping_data(ping, o.size));
+        qp.mr_mut(start)?
+            .data_mut()
+            .copy_from_slice(&ping_data(ping, o.size));
         advertise(qp, start)?;
         next_message(qp)?;
         advertise(qp, sink)?;
@@ -188,7 +195,11 @@ pub fn client(qp: &mut Qp, o: &RpingOptions) -> Result<Summary> {
             verify(&format!("ping {ping} echo"), sent, qp.mr(sink)?.data())?;
         }
         if o.verbose {
-            eprintln!("ping {ping}: {} octets{}", o.size, if o.verify { " verified" } else { "" });
+            eprintln!(
+                "ping {ping}: {} octets{}",
+                o.size,
+                if o.verify { " verified" } else { "" }
+            );
         }
         ping += 1;
     }
@@ -228,7 +239,11 @@ fn serve_ping(qp: &mut Qp, o: &RpingOptions, buf: u32, ping: u32, src: BufferInf
     qp.wait_read()?;
     if o.verify {
         let got = &qp.mr(buf)?.data()[..src.size as usize];
-        verify(&format!("ping {ping} read"), &ping_data(ping, src.size as usize), got)?;
+        verify(
+            &format!("ping {ping} read"),
+            &ping_data(ping, src.size as usize),
+            got,
+        )?;
     }
     qp.send(&[0u8; INFO_LEN])?;
     let sink = BufferInfo::decode(&next_message(qp)?)?;
@@ -253,7 +268,10 @@ pub fn server(qp: &mut Qp, o: &RpingOptions) -> Result<Summary> {
         ping += 1;
     }
     if o.count != 0 && ping != o.count {
-        return Err(Error::Protocol(format!("client ran {ping} pings, expected {}", o.count)));
+        return Err(Error::Protocol(format!(
+            "client ran {ping} pings, expected {}",
+            o.count
+        )));
     }
     Ok(Summary {
         pings: ping,
@@ -269,11 +287,11 @@ mod tests {
     fn pattern_matches_rping() {
         let d = ping_data(0, 32);
         assert_eq!(&d[..14], b"rdma-ping-0: A");
-        assert_eq!(d[14..31].to_vec(), (b'A'..=b'Q').collect::<Vec<u8>>());
+        assert_eq!(d[14..31].to_vec(), (b'B'..=b'R').collect::<Vec<u8>>());
         assert_eq!(d[31], 0);
         assert_eq!(echo_len(&d), 32);
         // The start letter advances per ping and wraps after 'z'.
-        assert_eq!(ping_data(57, 20)[14], b'z');
+        assert_eq!(ping_data(57, 20)[14], b'z'); // "rdma-ping-57: " is 14 octets
         assert_eq!(ping_data(58, 20)[14], b'A');
         assert_eq!(ping_data(3, 1), vec![0]);
         assert_eq!(&ping_data(12, 8)[..], b"rdma-pi\0");
@@ -297,7 +315,12 @@ mod tests {
         let e = verify("x", b"abcd", b"abzd").unwrap_err();
         assert!(matches!(
             e,
-            Error::Mismatch { offset: 2, expected: b'c', actual: b'z', .. }
+            Error::Mismatch {
+                offset: 2,
+                expected: b'c',
+                actual: b'z',
+                ..
+            }
         ));
         assert!(verify("x", b"abcd", b"abcd").is_ok());
     }
