@@ -14,10 +14,16 @@ use iwarp_peer::{Error, Result};
 /// Exit status of a failed run (usage errors exit with 2).
 const FAILURE: u8 = 1;
 
-fn describe(est: &Established) -> String {
+fn describe(est: &Established, verbose: bool) -> String {
     let n = &est.negotiated;
+    let pd = &est.peer_private_data;
+    let pd_hex: String = if verbose {
+        pd.iter().map(|b| format!("{b:02x}")).collect()
+    } else {
+        String::new()
+    };
     format!(
-        "connected to {}: MPA rev {}, CRC {}, markers rx {} tx {}, enhanced {}, IRD {} ORD {}, RTR {:?}, peer private data {} octets",
+        "connected to {}: MPA rev {}, CRC {}, markers rx {} tx {}, enhanced {}, IRD {} ORD {}, RTR {:?}, peer private data {} octets{}{}",
         est.peer,
         n.revision.to_wire(),
         if n.crc { "on" } else { "off" },
@@ -27,7 +33,9 @@ fn describe(est: &Established) -> String {
         n.ird,
         n.ord,
         n.rtr,
-        est.peer_private_data.len()
+        pd.len(),
+        if pd_hex.is_empty() { "" } else { ": " },
+        pd_hex
     )
 }
 
@@ -55,7 +63,7 @@ fn run(o: &Options) -> Result<bool> {
     let Some(est) = establish(o)? else {
         return Ok(true);
     };
-    println!("{}", describe(&est));
+    println!("{}", describe(&est, o.verbose));
     let mut qp = Qp::new(est)?;
     let server = matches!(o.role, Role::Server(_));
     if let Some(kind) = o.inject {
