@@ -262,15 +262,18 @@ pub fn connect(addr: &str, opts: &MpaOptions, timeout: Duration) -> Result<Estab
     initiate(tcp_connect(addr, timeout)?, opts)
 }
 
-/// Reads until the Request is complete; returns the octets that followed
-/// it in the same read (an initiator must not send any).
-fn await_request(stream: &mut TcpStream, hs: &mut Handshake) -> Result<Vec<u8>> {
+/// Reads until the Request is complete. Octets that followed it in the
+/// same read are fed too: the core fails them as `UnexpectedData` (an
+/// initiator must not send before the Reply).
+fn await_request(stream: &mut TcpStream, hs: &mut Handshake) -> Result<()> {
     let mut buf = vec![0u8; 4096];
     loop {
         let got = read_some(stream, &mut buf, "waiting for the MPA Request")?;
         let feed = hs.feed(&buf[..got])?;
         if feed.event.is_some() {
-            return Ok(buf[feed.consumed..got].to_vec());
+            let consumed = feed.consumed;
+            hs.feed(&buf[consumed..got])?;
+            return Ok(());
         }
     }
 }
@@ -289,23 +292,11 @@ fn reject_reply(stream: &mut TcpStream, hs: &mut Handshake, private_data: &[u8])
 /// and reported as the handshake error.
 pub fn respond(mut stream: TcpStream, opts: &MpaOptions) -> Result<Accepted> {
     let mut hs = Handshake::responder(&opts.config());
-    let extra = match await_request(&mut stream, &mut hs) {
-        Ok(extra) => extra,
-        Err(Error::Mpa(e)) => {
-            if hs.can_reject() {
-                reject_reply(&mut stream, &mut hs, &[])?;
-            }
-            return Err(Error::Mpa(e));
+    if let Err(e) = await_request(&mut stream, &mut hs) {
+        if matches!(e, Error::Mpa(_)) && hs.can_reject() {
+            reject_reply(&mut stream, &mut hs, &[])?;
         }
-        Err(e) => return Err(e),
-    };
-    if !extra.is_empty() {
-        // Data before our Reply: the core reports it as UnexpectedData.
-        let e = hs
-            .feed(&extra)
-            .err()
-            .unwrap_or(iwarp_core::mpa::MpaError::UnexpectedData);
-        return Err(Error::Mpa(e));
+        return Err(e);
     }
     let peer_private_data = hs.peer_private_data().to_vec();
     if opts.reject {

@@ -49,6 +49,8 @@ pub enum Error {
     LocalTerminate(RxError),
     /// The transmit builder refused a message (a local bug or bad option).
     Tx(TxError),
+    /// A local resource limit or misuse (ORD exhausted, unknown STag, ...).
+    Local(String),
     /// The peer broke the application protocol.
     Protocol(String),
     /// Verified data differs from what was expected.
@@ -117,6 +119,7 @@ impl fmt::Display for Error {
                 term_code_str(e.code())
             ),
             Error::Tx(e) => write!(f, "cannot build message: {e:?}"),
+            Error::Local(m) => write!(f, "local error: {m}"),
             Error::Protocol(m) => write!(f, "protocol error: {m}"),
             Error::Mismatch { what, offset, expected, actual } => write!(
                 f,

@@ -618,7 +618,7 @@ impl Qp {
     /// Sends `data` as one RDMAP Send.
     pub fn send(&mut self, data: &[u8]) -> Result<()> {
         self.ready()?;
-        let len = u32::try_from(data.len()).map_err(|_| Error::Usage("Send too long".into()))?;
+        let len = u32::try_from(data.len()).map_err(|_| Error::Local("Send too long".into()))?;
         self.wire.send(&Message::Send { len }, data)
     }
 
@@ -637,7 +637,7 @@ impl Qp {
         let data = off
             .checked_add(len as usize)
             .and_then(|end| mr.buf.get(off..end))
-            .ok_or_else(|| Error::Usage(format!("Write of {len} octets exceeds local region")))?;
+            .ok_or_else(|| Error::Local(format!("Write of {len} octets exceeds local region")))?;
         let msg = Message::RdmaWrite {
             len,
             stag: remote_stag,
@@ -659,14 +659,14 @@ impl Qp {
     ) -> Result<()> {
         self.ready()?;
         if self.local.outstanding.len() >= usize::from(self.negotiated.ord) {
-            return Err(Error::Usage(format!(
+            return Err(Error::Local(format!(
                 "RDMA Read not allowed: ORD is {}",
                 self.negotiated.ord
             )));
         }
         let mr = self.local.mrs.get(stag).ok_or_else(|| unknown_mr(stag))?;
         if mr.range(mr.base + off as u64, len as usize).is_none() {
-            return Err(Error::Usage(format!(
+            return Err(Error::Local(format!(
                 "RDMA Read of {len} octets exceeds the local region of {} octets",
                 mr.len()
             )));
@@ -799,7 +799,7 @@ impl Drop for Qp {
 }
 
 fn unknown_mr(stag: u32) -> Error {
-    Error::Usage(format!("no local memory region with STag {stag:#x}"))
+    Error::Local(format!("no local memory region with STag {stag:#x}"))
 }
 
 /// Feeds one piece of the inbound stream through the receive parser,

@@ -158,7 +158,7 @@ fn advertise(qp: &mut Qp, stag: u32) -> Result<()> {
     let info = BufferInfo {
         addr: mr.base(),
         stag,
-        size: u32::try_from(mr.len()).map_err(|_| Error::Usage("buffer too large".into()))?,
+        size: u32::try_from(mr.len()).map_err(|_| Error::Local("buffer too large".into()))?,
     };
     qp.send(&info.encode())
 }

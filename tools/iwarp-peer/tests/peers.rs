@@ -4,10 +4,13 @@
 //! peer (TERMINATE codes asserted numerically on both sides), and the
 //! failure exits.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
+
+use iwarp_core::mpa::{Handshake, MpaConfig, MpaFrameRepr, MAX_FRAME_LEN};
 
 const BIN: &str = env!("CARGO_BIN_EXE_iwarp-peer");
 /// Every tool invocation bounds its waits by this (seconds).
@@ -414,4 +417,27 @@ fn bad_command_line_exits_2() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown option --bogus"));
+}
+
+#[test]
+fn data_before_the_reply_is_rejected() {
+    // A raw initiator sends its Request and, in the same write, FPDU octets.
+    let srv = server("127.0.0.1", &[]);
+    let mut sock = TcpStream::connect(&srv.addr).unwrap();
+    let mut frame = [0u8; MAX_FRAME_LEN];
+    let (_, n) = Handshake::initiator(&MpaConfig::default(), &mut frame).unwrap();
+    let mut wire = frame[..n].to_vec();
+    wire.extend_from_slice(&[0u8; 8]);
+    sock.write_all(&wire).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut reply = Vec::new();
+    let _ = sock.read_to_end(&mut reply);
+    let (repr, _) = MpaFrameRepr::parse(&reply).expect("an MPA Reply");
+    assert!(repr.flags.reject, "{repr:?}");
+    let e = srv.finish();
+    assert_eq!(e.code, 1, "{e:#?}");
+    assert!(
+        e.stderr.contains("data received before the MPA Reply"),
+        "{e:#?}"
+    );
 }
