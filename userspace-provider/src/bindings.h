@@ -1,0 +1,9 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/*
+ * Input of bindgen (build.rs): rdma-core's provider interface and the
+ * siw_rs user/kernel ABI, the one definition of both for the provider.
+ */
+#include <infiniband/driver.h>
+#include <infiniband/kern-abi.h>
+#include <infiniband/verbs.h>
+#include <siw_rs-abi.h>
