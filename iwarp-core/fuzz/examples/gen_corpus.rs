@@ -1,11 +1,13 @@
+// SPDX-License-Identifier: GPL-2.0
 //! Writes the seed corpora of the fuzz targets:
 //!
 //! ```text
 //! cargo run --manifest-path iwarp-core/fuzz/Cargo.toml --example gen_corpus -- OUT_DIR
 //! ```
 //!
-//! creates `OUT_DIR/mpa_handshake/` and `OUT_DIR/wire_parsers/` with one
-//! file per seed, named after what it holds. Every seed is valid protocol
+//! creates `OUT_DIR/mpa_handshake/`, `OUT_DIR/wire_parsers/`,
+//! `OUT_DIR/rx_stream/` and `OUT_DIR/tx_roundtrip/` with one file per seed,
+//! named after what it holds. Every seed is valid protocol
 //! data of the kind its name says (real MPA Request/Reply frames, siw-style
 //! frames, FPDUs with and without CRC and markers, DDP/RDMAP segments,
 //! Terminates), and is run through the target's checks here, which must
@@ -30,6 +32,15 @@ use iwarp_core_fuzz::hs::{
 use iwarp_core_fuzz::wire::{
     SEL_CRC, SEL_DDP_SEGMENT, SEL_ENHANCED, SEL_FPDU, SEL_FPDU_MARKERS, SEL_FPDU_STREAM,
     SEL_MPA_FRAME, SEL_MULPDU, SEL_QUEUES, SEL_RDMAP_FIXED, SEL_SEGMENTER, SEL_TERMINATE,
+};
+use iwarp_core::rdmap::Opcode;
+use iwarp_core_fuzz::rx_stream::{
+    RxInput, F_ATOMICS, F_CRC, F_FLIP, F_IMMEDIATE, F_INTERLEAVE, F_MARKERS, F_RAW, F_REJECT,
+    P_EXACT,
+};
+use iwarp_core_fuzz::stream::{MsgSpec, V_BIG, V_TERM_BAD, V_TERM_M, V_TERM_R};
+use iwarp_core_fuzz::tx_roundtrip::{
+    TxInput, T_ATOMICS, T_CRC, T_FLIP, T_IMMEDIATE, T_MARKERS, T_SCATTERED, T_SMALL_BATCH,
 };
 use std::path::{Path, PathBuf};
 
@@ -1313,16 +1324,423 @@ fn wire_seeds(o: &mut Out) {
     );
 }
 
+// ---------------------------------------------------------------------------
+// rx_stream and tx_roundtrip
+// ---------------------------------------------------------------------------
+
+fn spec(op: Opcode, var: u8, len: u16, a: u32, b: u64) -> MsgSpec {
+    MsgSpec::new(op, var, len, a, b)
+}
+
+/// A Terminate spec: code (layer/type octet, code octet), attached headers
+/// (`stream::V_TERM_*` bits in `var`), DDP Segment Length `dsl`.
+fn term_spec(lt: u8, code: u8, var: u8, dsl: u16, b: u64) -> MsgSpec {
+    spec(
+        Opcode::Terminate,
+        var,
+        dsl,
+        u32::from_be_bytes([lt, code, 0, 0]),
+        b,
+    )
+}
+
+/// One message of every opcode but Terminate, ULP-data ones with payload.
+fn every_opcode() -> Vec<MsgSpec> {
+    vec![
+        spec(Opcode::Send, 1, 300, 0, 0),
+        spec(Opcode::RdmaWrite, 2, 1000, 0x0001_1234, 0x1000),
+        spec(Opcode::RdmaReadRequest, 3, 4096, 0x0002_0000, 0x2000),
+        spec(Opcode::RdmaReadResponse, 4, 700, 0x0002_0000, 0x2000),
+        spec(Opcode::SendInvalidate, 5, 50, 0xdead_be00, 0),
+        spec(Opcode::SendSe, 6, 0, 0, 0),
+        spec(Opcode::SendSeInvalidate, 7, 5, 0x0bad_f00d, 0),
+        spec(Opcode::ImmediateData, 8, 0, 0, 0x0102_0304_0506_0708),
+        spec(Opcode::ImmediateDataSe, 9, 0, 0, 0x1112_1314_1516_1718),
+        spec(Opcode::AtomicRequest, 1, 0, 0x0000_0042, 0x0000_0000_0001_0000),
+        spec(Opcode::AtomicResponse, 0, 0, 0x0000_0042, 0xffff_ffff_0000_0001),
+    ]
+}
+
+fn rx_script(flags: u8, start: u32, mulpdu: u16, msgs: Vec<MsgSpec>) -> RxInput {
+    RxInput {
+        flags,
+        start,
+        queues: 4,
+        posted: P_EXACT,
+        mulpdu,
+        msgs,
+        ..RxInput::default()
+    }
+}
+
+/// A stream of FPDUs around `ulpdus`, markers from `markers` on.
+fn raw_stream(ulpdus: &[Vec<u8>], markers: Option<u32>, crc: bool) -> Vec<u8> {
+    let mut st = markers.map(MarkerState::at);
+    let mut out = Vec::new();
+    for u in ulpdus {
+        let len = mpa::fpdu_wire_len(u.len() as u16, st.as_ref());
+        let at = out.len();
+        out.resize(at + len, 0);
+        let mut e = SoftCrc32c::new();
+        let eng: Option<&mut dyn iwarp_core::crc32c::CrcEngine> =
+            if crc { Some(&mut e) } else { None };
+        mpa::emit_fpdu(u, st.as_mut(), eng, &mut out[at..]).expect("fpdu");
+    }
+    out
+}
+
+fn rx_raw(flags: u8, start: u32, posted: u8, lens: [u16; 4], stream: Vec<u8>) -> RxInput {
+    RxInput {
+        flags: flags | F_RAW,
+        start,
+        queues: 4,
+        posted,
+        lens,
+        rest: stream,
+        ..RxInput::default()
+    }
+}
+
+fn send_ulpdu(op: u8, last: bool, msn: u32, mo: u32, payload: &[u8]) -> Vec<u8> {
+    cat(&[&hdr(DdpHeader::untagged(op, last, 0, 0, msn, mo)), payload])
+}
+
+fn write_ulpdu(last: bool, stag: u32, to: u64, payload: &[u8]) -> Vec<u8> {
+    cat(&[&hdr(DdpHeader::tagged(0, last, stag, to)), payload])
+}
+
+fn rx_seeds(o: &mut Out) {
+    let r = iwarp_core_fuzz::rx_stream::run;
+    let ext = F_ATOMICS | F_IMMEDIATE;
+    let all = every_opcode();
+    // --- scripts: every opcode, CRC and markers on and off ----------------
+    for (name, flags, start, mulpdu) in [
+        ("script-all-opcodes-crc", F_CRC, 0, 1440u16),
+        ("script-all-opcodes-nocrc", 0, 0, 1440),
+        ("script-all-opcodes-crc-markers", F_CRC | F_MARKERS, 0, 1440),
+        ("script-all-opcodes-markers-mid", F_MARKERS, 508, 1440),
+        ("script-all-opcodes-crc-markers-big", F_CRC | F_MARKERS, 100, 65535),
+        ("script-multi-fpdu-crc-markers", F_CRC | F_MARKERS, 0, 120),
+        ("script-multi-fpdu-nocrc", 0, 0, 19),
+    ] {
+        o.put(name, &rx_script(flags | ext, start, mulpdu, all.clone()).encode(), r, "ok");
+    }
+    let mut x = rx_script(F_CRC | F_MARKERS | ext, 0, 300, all.clone());
+    x.schedule = vec![1, 7, 0, 255, 3, 64];
+    o.put("script-all-opcodes-scheduled", &x.encode(), r, "ok");
+    // Big messages (V_BIG: three times the length field), many FPDUs.
+    let big = vec![
+        spec(Opcode::Send, V_BIG, 4000, 0, 0),
+        spec(Opcode::RdmaWrite, V_BIG | 1, 1500, 7, 0xffff_ffff_ffff_0000),
+        spec(Opcode::RdmaReadResponse, 2, 999, 8, 0),
+    ];
+    o.put(
+        "script-big-messages-markers",
+        &rx_script(F_CRC | F_MARKERS, 0, 1000, big).encode(),
+        r,
+        "ok",
+    );
+    // Interleaved lanes: a Send, a Write, single-segment messages between.
+    let mixed = vec![
+        spec(Opcode::Send, 1, 2000, 0, 0),
+        spec(Opcode::RdmaWrite, 2, 1500, 0x77, 0x10),
+        spec(Opcode::RdmaReadRequest, 3, 100, 0x55, 0),
+        spec(Opcode::SendSe, 4, 700, 0, 0),
+        spec(Opcode::AtomicResponse, 5, 0, 9, 9),
+        spec(Opcode::RdmaReadResponse, 6, 900, 0x66, 0x20),
+        spec(Opcode::ImmediateData, 7, 0, 0, 5),
+    ];
+    for (name, flags, order) in [
+        ("script-interleaved", F_CRC, vec![1, 0, 1, 0, 2, 1, 0, 3, 1, 0, 1, 4, 0]),
+        ("script-interleaved-markers", F_CRC | F_MARKERS, vec![0, 1, 2, 3, 4, 0, 1, 0, 1, 0, 1]),
+        ("script-interleaved-nocrc", F_MARKERS, vec![7; 40]),
+    ] {
+        let mut x = rx_script(flags | F_INTERLEAVE | ext, 0, 200, mixed.clone());
+        x.rest = order;
+        x.schedule = vec![5, 1, 200];
+        o.put(name, &x.encode(), r, "ok");
+    }
+    // Terminates: at the end, with headers attached, and followed by data.
+    let mut t = all.clone();
+    t.push(term_spec(0x12, 0x02, 2 | V_TERM_M, 77, 5));
+    o.put("script-terminate-at-end", &rx_script(F_CRC | ext, 0, 1440, t).encode(), r, "Terminate");
+    for (name, var) in [
+        ("script-terminate-read-request", 3 | V_TERM_M | V_TERM_R),
+        ("script-terminate-tagged-hdr", 1),
+        ("script-terminate-bare", 0),
+    ] {
+        let msgs = vec![spec(Opcode::Send, 1, 10, 0, 0), term_spec(0x02, 0x06, var, 40, 9)];
+        o.put(name, &rx_script(F_CRC | F_MARKERS, 0, 100, msgs).encode(), r, "Terminate");
+    }
+    let msgs = vec![term_spec(0x00, 0x01, 0, 0, 0), spec(Opcode::Send, 1, 10, 0, 0)];
+    o.put(
+        "script-data-after-terminate",
+        &rx_script(F_CRC, 0, 100, msgs).encode(),
+        r,
+        "data after Terminate",
+    );
+    // What the receive configuration refuses.
+    let mut x = rx_script(F_CRC | ext, 0, 1000, all.clone());
+    x.max_ulpdu = 500;
+    o.put("script-ulpdu-over-limit", &x.encode(), r, "ULPDU length");
+    o.put(
+        "script-extensions-off",
+        &rx_script(F_CRC, 0, 1000, all.clone()).encode(),
+        r,
+        "RDMAP",
+    );
+    let mut x = rx_script(F_CRC | ext, 0, 1000, all.clone());
+    x.queues = 1;
+    o.put("script-one-queue", &x.encode(), r, "untagged");
+    let mut x = rx_script(F_CRC | ext, 0, 100, all.clone());
+    x.posted = 0x0f;
+    x.lens = [200, 1, 0, 0];
+    o.put("script-posted-too-short", &x.encode(), r, "untagged");
+    let mut x = rx_script(F_CRC | ext, 0, 100, all.clone());
+    x.posted = 0x0e;
+    o.put("script-nothing-posted", &x.encode(), r, "untagged");
+    let mut x = rx_script(F_CRC | ext | F_REJECT, 0, 100, all.clone());
+    x.reject = (3, 0x01, 0x02);
+    o.put("script-reject-protection", &x.encode(), r, "rejected");
+    let mut x = rx_script(F_MARKERS | ext | F_REJECT, 0, 100, all.clone());
+    x.reject = (0, 0x11, 0x00);
+    o.put("script-reject-first", &x.encode(), r, "rejected");
+    // Flipped octets.
+    for (name, flags, pos, mask, expect) in [
+        ("flip-payload-crc", F_CRC, 100u32, 0x20u8, "flip detected"),
+        ("flip-header-crc-markers", F_CRC | F_MARKERS, 2, 0x40, "flip detected"),
+        ("flip-crc-field", F_CRC, 335, 0x01, "flip detected"),
+        ("flip-length-crc", F_CRC, 0, 0x01, "flip undetected"),
+        ("flip-payload-nocrc", F_MARKERS, 1000, 0xff, "flip undetected"),
+        ("flip-marker-crc", F_CRC | F_MARKERS, 514, 0x80, "flip detected"),
+    ] {
+        let mut x = rx_script(flags | ext | F_FLIP, 0, 300, all.clone());
+        x.flip = (pos, mask);
+        x.schedule = vec![3, 1, 100];
+        o.put(name, &x.encode(), r, expect);
+    }
+
+    // --- hostile raw streams ----------------------------------------------
+    let p = b"payload!";
+    let s1 = send_ulpdu(3, true, 1, 0, p);
+    o.put("raw-empty", &rx_raw(F_CRC, 0, 0x01, [100, 0, 0, 0], vec![]).encode(), r, "ok");
+    o.put(
+        "raw-send",
+        &rx_raw(F_CRC, 0, 0x01, [100, 0, 0, 0], raw_stream(&[s1.clone()], None, true)).encode(),
+        r,
+        "ok",
+    );
+    let mut half = raw_stream(&[s1.clone(), s1.clone()], None, false);
+    half.truncate(40);
+    o.put("raw-truncated", &rx_raw(0, 0, 0x01, [100, 0, 0, 0], half).encode(), r, "ok");
+    let two = vec![
+        send_ulpdu(3, false, 1, 0, &[1; 600]),
+        send_ulpdu(3, true, 1, 600, &[2; 10]),
+        write_ulpdu(false, 9, 0, &[3; 500]),
+        write_ulpdu(true, 9, 500, &[4; 500]),
+    ];
+    o.put(
+        "raw-messages-markers",
+        &rx_raw(F_CRC | F_MARKERS, 0, 0x01, [4096, 0, 0, 0], raw_stream(&two, Some(0), true))
+            .encode(),
+        r,
+        "ok",
+    );
+    let mut lenbad = raw_stream(&[s1.clone()], None, false);
+    lenbad[1] = 5;
+    o.put("raw-ulpdu-length-5", &rx_raw(0, 0, 1, [100, 0, 0, 0], lenbad).encode(), r, "ULPDU length");
+    let mut ver = s1.clone();
+    ver[0] = 0x42; // DDP version 2
+    o.put(
+        "raw-ddp-version",
+        &rx_raw(0, 0, 1, [100, 0, 0, 0], raw_stream(&[ver], None, false)).encode(),
+        r,
+        "DDP",
+    );
+    let mut opc = s1.clone();
+    opc[1] = 0x4d; // reserved opcode 0xD
+    o.put(
+        "raw-reserved-opcode",
+        &rx_raw(0, 0, 1, [100, 0, 0, 0], raw_stream(&[opc], None, false)).encode(),
+        r,
+        "RDMAP",
+    );
+    let mut crcbad = raw_stream(&[s1.clone()], None, true);
+    let n = crcbad.len();
+    crcbad[n - 1] ^= 1;
+    o.put("raw-bad-crc", &rx_raw(F_CRC, 0, 1, [100, 0, 0, 0], crcbad).encode(), r, "CRC");
+    let mut mk = raw_stream(&two, Some(0), false);
+    mk[512 + 3] ^= 0x10; // FPDUPTR of the second marker
+    o.put(
+        "raw-bad-marker",
+        &rx_raw(F_MARKERS, 0, 1, [4096, 0, 0, 0], mk).encode(),
+        r,
+        "marker",
+    );
+    let change = vec![send_ulpdu(3, false, 1, 0, &[1; 8]), send_ulpdu(5, true, 1, 8, &[2; 8])];
+    o.put(
+        "raw-opcode-changed",
+        &rx_raw(0, 0, 1, [100, 0, 0, 0], raw_stream(&change, None, false)).encode(),
+        r,
+        "opcode changed",
+    );
+    let stag = vec![write_ulpdu(false, 9, 0, &[1; 8]), write_ulpdu(true, 10, 8, &[2; 8])];
+    o.put(
+        "raw-stag-changed",
+        &rx_raw(0, 0, 1, [100, 0, 0, 0], raw_stream(&stag, None, false)).encode(),
+        r,
+        "tagged",
+    );
+    let wrap = vec![write_ulpdu(true, 9, u64::MAX - 3, &[1; 8])];
+    o.put(
+        "raw-to-wrap",
+        &rx_raw(0, 0, 1, [100, 0, 0, 0], raw_stream(&wrap, None, false)).encode(),
+        r,
+        "tagged",
+    );
+    let msn = vec![send_ulpdu(3, true, 2, 0, p)];
+    o.put(
+        "raw-wrong-msn",
+        &rx_raw(0, 0, 1, [100, 0, 0, 0], raw_stream(&msn, None, false)).encode(),
+        r,
+        "untagged",
+    );
+    let tterm = TerminateRepr::new(TermCode::Mpa(MpaCode::CrcError));
+    let tu = cat(&[
+        &hdr(DdpHeader::untagged(7, true, 0, 2, 1, 0)),
+        &term(&tterm),
+    ]);
+    let mut after = raw_stream(&[tu.clone()], None, true);
+    after.push(0);
+    o.put(
+        "raw-terminate-then-octet",
+        &rx_raw(F_CRC, 0, 0, [0; 4], after).encode(),
+        r,
+        "data after Terminate",
+    );
+    o.put(
+        "raw-terminate",
+        &rx_raw(F_CRC | F_MARKERS, 4, 0, [0; 4], raw_stream(&[tu], Some(4), true)).encode(),
+        r,
+        "Terminate",
+    );
+    let mut x = rx_raw(F_REJECT, 0, 1, [100, 0, 0, 0], raw_stream(&[s1], None, false));
+    x.reject = (0, 0x12, 0x05);
+    o.put("raw-reject", &x.encode(), r, "rejected");
+}
+
+fn tx_script(flags: u8, start: u32, mulpdu: u16, msgs: Vec<MsgSpec>) -> TxInput {
+    TxInput {
+        flags,
+        start,
+        mulpdu,
+        msgs,
+        ..TxInput::default()
+    }
+}
+
+fn tx_seeds(o: &mut Out) {
+    let r = iwarp_core_fuzz::tx_roundtrip::run;
+    let ext = T_ATOMICS | T_IMMEDIATE;
+    let all = every_opcode();
+    let mut with_term = all.clone();
+    with_term.push(term_spec(0x12, 0x01, 3 | V_TERM_M | V_TERM_R, 30, 4));
+    for (name, flags, start, mulpdu, budget, sends) in [
+        ("tx-all-opcodes-crc", T_CRC, 0, 1440u16, 0u16, vec![]),
+        ("tx-all-opcodes-nocrc", 0, 0, 1440, 0, vec![]),
+        ("tx-all-opcodes-crc-markers", T_CRC | T_MARKERS, 0, 1440, 0, vec![]),
+        ("tx-markers-mid-stream", T_CRC | T_MARKERS, 1020, 536, 0, vec![]),
+        ("tx-short-sends", T_CRC, 0, 200, 0, vec![100, 1, 0, 37]),
+        ("tx-short-sends-markers", T_MARKERS, 8, 300, 700, vec![251, 2, 0, 255]),
+        ("tx-budget-small", T_CRC | T_MARKERS, 0, 100, 150, vec![60]),
+        ("tx-mulpdu-65535-markers", T_CRC | T_MARKERS, 0, 65535, 0, vec![200, 3]),
+        ("tx-mulpdu-19", T_CRC, 0, 19, 64, vec![9, 0]),
+        ("tx-small-batch", T_CRC | T_SMALL_BATCH, 0, 40, 0, vec![17]),
+        ("tx-small-batch-markers-big", T_CRC | T_MARKERS | T_SMALL_BATCH, 0, 9000, 0, vec![]),
+    ] {
+        let mut x = tx_script(flags | ext, start, mulpdu, all.clone());
+        x.budget = budget;
+        x.sends = sends;
+        o.put(name, &x.encode(), r, "round trip");
+    }
+    let mut x = tx_script(T_CRC | T_MARKERS | T_SCATTERED | ext, 500, 700, all.clone());
+    x.cuts = vec![10, 0, 100, 3, 255];
+    x.sends = vec![50, 7];
+    o.put("tx-scattered", &x.encode(), r, "round trip");
+    let x = tx_script(T_SCATTERED | ext, 0, 700, all.clone());
+    o.put("tx-no-payload-source-nocrc", &x.encode(), r, "round trip");
+    let big = vec![
+        spec(Opcode::Send, V_BIG, 5000, 0, 0),
+        spec(Opcode::RdmaWrite, V_BIG, 300, 1, 0),
+    ];
+    let mut x = tx_script(T_CRC | T_MARKERS, 0, 1000, big);
+    x.budget = 3000;
+    x.sends = vec![255, 200];
+    o.put("tx-big-messages", &x.encode(), r, "round trip");
+    o.put(
+        "tx-terminate-last",
+        &tx_script(T_CRC | ext, 0, 1440, with_term.clone()).encode(),
+        r,
+        "round trip",
+    );
+    let mut after = with_term.clone();
+    after.push(spec(Opcode::Send, 0, 10, 0, 0));
+    o.put(
+        "tx-data-after-terminate",
+        &tx_script(T_CRC | ext, 0, 1440, after).encode(),
+        r,
+        "round trip, receiver stopped",
+    );
+    // What start refuses.
+    o.put(
+        "tx-mulpdu-too-small",
+        &tx_script(T_CRC | ext, 0, 14, all.clone()).encode(),
+        r,
+        "nothing sent",
+    );
+    o.put(
+        "tx-extensions-off",
+        &tx_script(T_CRC, 0, 1440, all.clone()).encode(),
+        r,
+        "round trip",
+    );
+    let bad = vec![
+        term_spec(0x12, 0x01, 1 | V_TERM_BAD, 30, 4),
+        spec(Opcode::RdmaWrite, 0, 100, 1, u64::MAX - 10),
+        spec(Opcode::Send, 0, 10, 0, 0),
+    ];
+    o.put(
+        "tx-invalid-terminate-to-wrap",
+        &tx_script(T_CRC, 0, 1440, bad).encode(),
+        r,
+        "round trip",
+    );
+    for (name, flags, pos, expect) in [
+        ("tx-flip-crc", T_CRC, 77u32, "flip detected"),
+        ("tx-flip-crc-markers", T_CRC | T_MARKERS, 600, "flip detected"),
+        ("tx-flip-nocrc", T_MARKERS, 77, "flip undetected"),
+    ] {
+        let mut x = tx_script(flags | ext | T_FLIP, 0, 300, all.clone());
+        x.flip = (pos, 0x04);
+        o.put(name, &x.encode(), r, expect);
+    }
+}
 fn main() {
     let root = PathBuf::from(std::env::args().nth(1).unwrap_or_else(|| "corpus".into()));
     let mut hs_out = Out::new(&root, "mpa_handshake");
     handshake_seeds(&mut hs_out);
     let mut wire_out = Out::new(&root, "wire_parsers");
     wire_seeds(&mut wire_out);
+    let mut rx_out = Out::new(&root, "rx_stream");
+    rx_seeds(&mut rx_out);
+    let mut tx_out = Out::new(&root, "tx_roundtrip");
+    tx_seeds(&mut tx_out);
     println!(
-        "gen_corpus: {} mpa_handshake seeds, {} wire_parsers seeds in {}",
+        "gen_corpus: {} mpa_handshake, {} wire_parsers, {} rx_stream, {} tx_roundtrip seeds in {}",
         hs_out.count,
         wire_out.count,
+        rx_out.count,
+        tx_out.count,
         root.display()
     );
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0
 //! MPA startup state machine, both roles and the pair; see
 //! `iwarp_core_fuzz::hs` for the input layout and the invariants.
 #![no_main]

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0
 //! `mpa_handshake`: the MPA startup state machine ([`Handshake`]) in both
 //! roles, fed in input-chosen pieces, with the responder's accept and reject
 //! paths, and a pair mode in which two machines talk to each other.

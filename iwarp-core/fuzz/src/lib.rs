@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0
 //! The checks behind the iwarp-core fuzz targets, and the input formats they
 //! decode.
 //!
@@ -11,6 +12,9 @@
 //! input, so a panic inside `iwarp_core` is a finding as well.
 
 pub mod hs;
+pub mod rx_stream;
+pub mod stream;
+pub mod tx_roundtrip;
 pub mod wire;
 
 /// Reads fields from the front of a fuzz input. Reads past the end yield

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0
 //! `wire_parsers`: every parser of the wire formats, with round trips
 //! (parse, emit, parse again: equal) wherever an emitter exists, and the
 //! sender/receiver helpers checked against each other.
