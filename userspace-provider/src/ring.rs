@@ -273,16 +273,18 @@ impl<E: Copy> Producer<E> {
         self.published = self.prod;
     }
 
-    /// After `publish`: whether the kernel has stopped working on the
-    /// queue and must be woken by the doorbell system call. The full fence
+    /// After `publish`: whether any of the `kflags` bits in `mask` is set,
+    /// i.e. whether the doorbell system call is needed. The full fence
     /// orders the `prod` store before the `kflags` load (Dekker with the
-    /// kernel's "set SQ_IDLE, fence, re-read prod").
-    pub fn needs_doorbell(&self) -> bool {
+    /// kernel's "set the flag, fence, re-read prod"): for `SQ_IDLE`, the
+    /// kernel has stopped working on the queue; for `ERROR`, it flushes
+    /// new entries only when rung.
+    pub fn needs_doorbell(&self, mask: u32) -> bool {
         fence(Ordering::SeqCst);
-        self.ring.kflags().load(Ordering::Relaxed) & sys::SIW_RS_KF_SQ_IDLE != 0
+        self.ring.kflags().load(Ordering::Relaxed) & mask != 0
     }
 
-    /// Whether the kernel has put the queue in error (post nothing).
+    /// Whether the kernel has put the queue in error.
     pub fn in_error(&self) -> bool {
         self.ring.kflags().load(Ordering::Acquire) & sys::SIW_RS_KF_ERROR != 0
     }
@@ -373,12 +375,15 @@ mod tests {
         let mut p = Producer::new(Ring::<E>::fake(4));
         p.push(&E { a: 1, b: 1 }).unwrap();
         p.publish();
-        assert!(!p.needs_doorbell());
+        let both = sys::SIW_RS_KF_SQ_IDLE | sys::SIW_RS_KF_ERROR;
+        assert!(!p.needs_doorbell(both));
         p.ring().kflags().store(sys::SIW_RS_KF_SQ_IDLE, Ordering::Relaxed);
-        assert!(p.needs_doorbell());
+        assert!(p.needs_doorbell(both));
+        assert!(!p.needs_doorbell(sys::SIW_RS_KF_ERROR));
         assert!(!p.in_error());
         p.ring().kflags().store(sys::SIW_RS_KF_ERROR, Ordering::Relaxed);
         assert!(p.in_error());
+        assert!(p.needs_doorbell(sys::SIW_RS_KF_ERROR));
     }
 
     #[test]

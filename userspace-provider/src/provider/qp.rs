@@ -9,6 +9,17 @@ use std::slice;
 
 use libc::{EINVAL, EIO, ENOMEM, EOPNOTSUPP, EPROTO};
 
+/// `kflags` bits that make a send queue post ring the doorbell: the kernel
+/// is idle, or the QP is in error and flushes what is posted only when
+/// rung.
+// ABI-QUESTION: uapi/siw_rs-abi.h says of SIW_RS_KF_ERROR "post nothing",
+// but the kernel side flushes entries posted to a QP in ERROR (with
+// IBV_WC_WR_FLUSH_ERR, as the verbs semantics require) when the SQ or RQ
+// doorbell (POST_SEND / POST_RECV with no WRs) is rung. The provider
+// follows the latter; the header comment should say so, and that the RQ
+// has a doorbell in ERROR.
+const SQ_DOORBELL: u32 = sys::SIW_RS_KF_SQ_IDLE | sys::SIW_RS_KF_ERROR;
+
 use super::{fail, log_err, zeroed_uninit, Context};
 use crate::abi::{self, CreateQpResp, Limits, Rqe, RingGeometry, Sqe};
 use crate::lock::QueueLock;
@@ -350,9 +361,6 @@ pub(super) unsafe extern "C" fn post_send(
         let mut sq = qp.sq.lock();
         let mut cur = wr;
         let mut err = 0;
-        if sq.ring.in_error() {
-            err = EIO;
-        }
         while err == 0 && !cur.is_null() {
             // SAFETY: the caller passes a valid NULL-terminated list.
             let w = unsafe { &*cur };
@@ -370,7 +378,7 @@ pub(super) unsafe extern "C" fn post_send(
         }
         let ring_doorbell = sq.ring.unpublished() > 0 && {
             sq.ring.publish();
-            sq.ring.needs_doorbell()
+            sq.ring.needs_doorbell(SQ_DOORBELL)
         };
         (err, ring_doorbell)
     };
@@ -385,20 +393,31 @@ pub(super) unsafe extern "C" fn post_send(
     err
 }
 
-/// Encodes and queues a list of receive work requests, publishing the
-/// queued ones (no doorbell). Shared by QPs and SRQs.
+/// How a receive queue treats the kernel's `ERROR` flag.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum OnError {
+    /// A QP's RQ: post anyway and ring the RQ doorbell, the kernel flushes.
+    Flush,
+    /// An SRQ (the kernel found garbage in it): post nothing, `EIO`.
+    Refuse,
+}
+
+/// Encodes and queues a list of receive work requests and publishes the
+/// queued ones. Shared by QPs and SRQs. Returns the error (with `*bad_wr`
+/// set) and whether the RQ doorbell must be rung (the QP is in error).
 ///
 /// # Safety
 /// `wr` is a valid NULL-terminated list and `bad_wr` a valid out pointer.
 pub(super) unsafe fn post_recv_list(
     rq: &QueueLock<Producer<Rqe>>,
     limits: &Limits,
+    on_error: OnError,
     wr: *mut ibv_recv_wr,
     bad_wr: *mut *mut ibv_recv_wr,
-) -> c_int {
+) -> (c_int, bool) {
     let mut ring = rq.lock();
     let mut cur = wr;
-    let mut err = if ring.in_error() { EIO } else { 0 };
+    let mut err = if on_error == OnError::Refuse && ring.in_error() { EIO } else { 0 };
     while err == 0 && !cur.is_null() {
         // SAFETY: per the caller.
         let w = unsafe { &*cur };
@@ -415,10 +434,11 @@ pub(super) unsafe fn post_recv_list(
         // SAFETY: per the caller.
         unsafe { *bad_wr = cur };
     }
-    if ring.unpublished() > 0 {
+    let ring_doorbell = ring.unpublished() > 0 && {
         ring.publish();
-    }
-    err
+        on_error == OnError::Flush && ring.needs_doorbell(sys::SIW_RS_KF_ERROR)
+    };
+    (err, ring_doorbell)
 }
 
 pub(super) unsafe extern "C" fn post_recv(
@@ -428,16 +448,23 @@ pub(super) unsafe extern "C" fn post_recv(
 ) -> c_int {
     // SAFETY: ibqp is ours.
     let qp = unsafe { Qp::from_ibv(ibqp) };
-    match &qp.rq {
-        // SAFETY: wr/bad_wr as received from the caller.
-        Some(rq) => unsafe { post_recv_list(rq, &qp.limits, wr, bad_wr) },
-        None => {
-            // Receives go to the SRQ.
-            // SAFETY: bad_wr is the caller's out pointer.
-            unsafe { *bad_wr = wr };
-            EINVAL
+    let Some(rq) = &qp.rq else {
+        // Receives go to the SRQ.
+        // SAFETY: bad_wr is the caller's out pointer.
+        unsafe { *bad_wr = wr };
+        return EINVAL;
+    };
+    // SAFETY: wr/bad_wr as received from the caller.
+    let (err, ring_doorbell) = unsafe { post_recv_list(rq, &qp.limits, OnError::Flush, wr, bad_wr) };
+    if ring_doorbell {
+        let mut bad = null_mut();
+        // SAFETY: ibqp is live; an empty list is the RQ doorbell.
+        let db = unsafe { sys::ibv_cmd_post_recv(ibqp, null_mut(), &mut bad) };
+        if err == 0 {
+            return db;
         }
     }
+    err
 }
 
 // ---------------------------------------------------------------------------
@@ -510,7 +537,7 @@ unsafe extern "C" fn wr_start(ibqp: *mut ibv_qp_ex) {
     qp.sq.acquire();
     // SAFETY: acquired just above.
     let sq = unsafe { qp.sq.held() };
-    sq.batch = Batch { pending: None, err: if sq.ring.in_error() { EIO } else { 0 } };
+    sq.batch = Batch::default();
 }
 
 /// Begins a new work request of the batch: the previous one goes into the
@@ -577,7 +604,7 @@ unsafe extern "C" fn wr_complete(ibqp: *mut ibv_qp_ex) -> c_int {
     } else {
         sq.ring.unpublished() > 0 && {
             sq.ring.publish();
-            sq.ring.needs_doorbell()
+            sq.ring.needs_doorbell(SQ_DOORBELL)
         }
     };
     sq.batch = Batch::default();

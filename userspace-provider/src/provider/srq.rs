@@ -5,7 +5,7 @@
 use std::ffi::c_int;
 use std::mem::size_of;
 
-use super::qp::post_recv_list;
+use super::qp::{post_recv_list, OnError};
 use super::{fail, log_err, zeroed_uninit, Context};
 use crate::abi::{CreateSrqResp, Limits, RingGeometry, Rqe};
 use crate::lock::QueueLock;
@@ -132,6 +132,6 @@ pub(super) unsafe extern "C" fn post_srq_recv(
     // SAFETY: ibsrq is ours; wr/bad_wr as received from the caller.
     unsafe {
         let srq = Srq::from_ibv(ibsrq);
-        post_recv_list(&srq.rq, &srq.limits, wr, bad_wr)
+        post_recv_list(&srq.rq, &srq.limits, OnError::Refuse, wr, bad_wr).0
     }
 }
