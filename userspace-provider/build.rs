@@ -7,10 +7,10 @@
 //! matches Debian's libibverbs. `SIW_RS_RDMA_CORE_INCLUDE` overrides it.
 
 use std::env;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn rdma_core_include(manifest: &PathBuf) -> PathBuf {
+fn rdma_core_include(manifest: &Path) -> PathBuf {
     println!("cargo:rerun-if-env-changed=SIW_RS_RDMA_CORE_INCLUDE");
     if let Some(dir) = env::var_os("SIW_RS_RDMA_CORE_INCLUDE") {
         return PathBuf::from(dir);
@@ -36,7 +36,10 @@ fn main() {
     let include = rdma_core_include(&manifest);
     let header = manifest.join("src/bindings.h");
     println!("cargo:rerun-if-changed={}", header.display());
-    println!("cargo:rerun-if-changed={}", uapi.join("siw_rs-abi.h").display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        uapi.join("siw_rs-abi.h").display()
+    );
 
     let bindings = bindgen::Builder::default()
         .header(header.to_str().unwrap())
@@ -56,7 +59,9 @@ fn main() {
         .generate()
         .expect("bindgen failed on src/bindings.h");
     let out = PathBuf::from(env::var_os("OUT_DIR").unwrap()).join("bindings.rs");
-    bindings.write_to_file(&out).expect("cannot write bindings.rs");
+    bindings
+        .write_to_file(&out)
+        .expect("cannot write bindings.rs");
 
     println!("cargo:rustc-link-lib=dylib=ibverbs");
 }

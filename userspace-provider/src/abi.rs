@@ -103,7 +103,10 @@ pub fn check_alloc_ctx(r: &sys::siw_rs_uresp_alloc_ctx) -> Result<Limits, String
             r.max_sge, r.max_inline
         ));
     }
-    Ok(Limits { max_sge: r.max_sge, max_inline: r.max_inline })
+    Ok(Limits {
+        max_sge: r.max_sge,
+        max_inline: r.max_inline,
+    })
 }
 
 /// Where one ring lives: the mmap offset, the mapping length and the number
@@ -131,12 +134,18 @@ impl RingGeometry {
             .ok_or_else(|| format!("ring of {entries} entries overflows"))?;
         let bytes = usize::try_from(bytes).map_err(|_| format!("ring of {bytes} octets"))?;
         if bytes < need {
-            return Err(format!("ring mapping of {bytes} octets, {entries} entries need {need}"));
+            return Err(format!(
+                "ring mapping of {bytes} octets, {entries} entries need {need}"
+            ));
         }
         if i64::try_from(key).is_err() {
             return Err(format!("ring key {key:#x} is not a valid mmap offset"));
         }
-        Ok(Self { key, bytes, entries })
+        Ok(Self {
+            key,
+            bytes,
+            entries,
+        })
     }
 }
 
@@ -171,7 +180,13 @@ mod tests {
 
     #[test]
     fn alloc_ctx_checks() {
-        assert_eq!(check_alloc_ctx(&good_ctx()), Ok(Limits { max_sge: 6, max_inline: 256 }));
+        assert_eq!(
+            check_alloc_ctx(&good_ctx()),
+            Ok(Limits {
+                max_sge: 6,
+                max_inline: 256
+            })
+        );
         let mut r = good_ctx();
         r.abi_version = 2;
         assert!(check_alloc_ctx(&r).unwrap_err().contains("ABI 2"));

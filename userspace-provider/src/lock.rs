@@ -26,7 +26,10 @@ unsafe impl<T: Send> Sync for QueueLock<T> {}
 impl<T> QueueLock<T> {
     /// A new unlocked lock around `data`.
     pub fn new(data: T) -> Self {
-        Self { locked: AtomicBool::new(false), data: UnsafeCell::new(data) }
+        Self {
+            locked: AtomicBool::new(false),
+            data: UnsafeCell::new(data),
+        }
     }
 
     /// Takes the lock until the guard is dropped.

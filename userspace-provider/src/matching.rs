@@ -33,8 +33,9 @@ pub fn siw_rs_device(ibdev_path: &Path, driver_id: u32) -> Result<(), NoMatch> {
     if driver_id != sys::RDMA_DRIVER_UNKNOWN {
         return Err(NoMatch::DriverId(driver_id));
     }
-    let attr = std::str::from_utf8(&sys::SIW_RS_ABI_SYSFS_ATTR[..sys::SIW_RS_ABI_SYSFS_ATTR.len() - 1])
-        .expect("attribute name is ASCII");
+    let attr =
+        std::str::from_utf8(&sys::SIW_RS_ABI_SYSFS_ATTR[..sys::SIW_RS_ABI_SYSFS_ATTR.len() - 1])
+            .expect("attribute name is ASCII");
     let value = fs::read_to_string(ibdev_path.join(attr)).map_err(|_| NoMatch::NoAttribute)?;
     match value.trim().parse::<u32>() {
         Ok(v) if v == ABI_VERSION => Ok(()),
@@ -52,8 +53,8 @@ mod tests {
 
     impl FakeDev {
         fn new(name: &str, abi: Option<&str>) -> Self {
-            let dir = std::env::temp_dir()
-                .join(format!("siw_rs-match-{}-{name}", std::process::id()));
+            let dir =
+                std::env::temp_dir().join(format!("siw_rs-match-{}-{name}", std::process::id()));
             let _ = fs::remove_dir_all(&dir);
             fs::create_dir_all(&dir).unwrap();
             fs::write(dir.join("node_type"), "4: RNIC\n").unwrap();
@@ -83,7 +84,10 @@ mod tests {
             siw_rs_device(&upstream_siw.0, sys::RDMA_DRIVER_SIW),
             Err(NoMatch::DriverId(sys::RDMA_DRIVER_SIW))
         );
-        assert_eq!(siw_rs_device(&upstream_siw.0, sys::RDMA_DRIVER_UNKNOWN), Err(NoMatch::NoAttribute));
+        assert_eq!(
+            siw_rs_device(&upstream_siw.0, sys::RDMA_DRIVER_UNKNOWN),
+            Err(NoMatch::NoAttribute)
+        );
         // Even with the attribute, a real driver id is never ours.
         let odd = FakeDev::new("odd", Some("1"));
         assert!(siw_rs_device(&odd.0, sys::RDMA_DRIVER_RXE).is_err());
@@ -92,9 +96,15 @@ mod tests {
     #[test]
     fn rejects_other_abi_versions() {
         let d = FakeDev::new("v2", Some(&format!("{}\n", ABI_VERSION + 1)));
-        assert!(matches!(siw_rs_device(&d.0, 0), Err(NoMatch::AbiVersion(_))));
+        assert!(matches!(
+            siw_rs_device(&d.0, 0),
+            Err(NoMatch::AbiVersion(_))
+        ));
         let junk = FakeDev::new("junk", Some("one"));
-        assert!(matches!(siw_rs_device(&junk.0, 0), Err(NoMatch::AbiVersion(_))));
+        assert!(matches!(
+            siw_rs_device(&junk.0, 0),
+            Err(NoMatch::AbiVersion(_))
+        ));
         let missing = Path::new("/nonexistent/siw_rs0");
         assert_eq!(siw_rs_device(missing, 0), Err(NoMatch::NoAttribute));
     }

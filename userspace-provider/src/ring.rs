@@ -63,15 +63,24 @@ impl RingMem {
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        let base = NonNull::new(p.cast()).ok_or_else(|| io::Error::from_raw_os_error(libc::EFAULT))?;
-        Ok(Self { base, len: geo.bytes, backing: Backing::Mmap })
+        let base =
+            NonNull::new(p.cast()).ok_or_else(|| io::Error::from_raw_os_error(libc::EFAULT))?;
+        Ok(Self {
+            base,
+            len: geo.bytes,
+            backing: Backing::Mmap,
+        })
     }
 
     #[cfg(test)]
     fn heap(len: usize) -> Self {
         let mut heap = vec![0u64; len.div_ceil(8)].into_boxed_slice();
         let base = NonNull::new(heap.as_mut_ptr().cast()).unwrap();
-        Self { base, len, backing: Backing::Heap(heap) }
+        Self {
+            base,
+            len,
+            backing: Backing::Heap(heap),
+        }
     }
 }
 
@@ -127,14 +136,22 @@ impl<E: Copy> Ring<E> {
     /// The view must not outlive `self`.
     #[cfg(test)]
     pub fn kernel_view(&self) -> Self {
-        let mem = RingMem { base: self.mem.base, len: self.mem.len, backing: Backing::Alias };
+        let mem = RingMem {
+            base: self.mem.base,
+            len: self.mem.len,
+            backing: Backing::Alias,
+        };
         Self::with_mem(mem, self.entries())
     }
 
     fn with_mem(mem: RingMem, entries: u32) -> Self {
         assert!(std::mem::align_of::<E>() <= 8);
         assert!(mem.len >= RING_ENTRIES_OFFSET + entries as usize * size_of::<E>());
-        Self { mem, mask: entries - 1, _entry: PhantomData }
+        Self {
+            mem,
+            mask: entries - 1,
+            _entry: PhantomData,
+        }
     }
 
     /// Number of entries.
@@ -232,7 +249,11 @@ impl<E: Copy> Producer<E> {
     /// Takes the producer role on `ring`, continuing from its `prod`.
     pub fn new(ring: Ring<E>) -> Self {
         let prod = ring.prod().load(Ordering::Relaxed);
-        Self { ring, prod, published: prod }
+        Self {
+            ring,
+            prod,
+            published: prod,
+        }
     }
 
     /// The ring.
@@ -243,7 +264,9 @@ impl<E: Copy> Producer<E> {
     /// Free slots, counting entries written but not yet published as used.
     /// An impossible consumer index reads as a full ring.
     pub fn free_slots(&self) -> u32 {
-        let used = self.prod.wrapping_sub(self.ring.cons().load(Ordering::Acquire));
+        let used = self
+            .prod
+            .wrapping_sub(self.ring.cons().load(Ordering::Acquire));
         self.ring.entries().saturating_sub(used)
     }
 
@@ -343,7 +366,10 @@ mod tests {
             p.publish();
             kernel_consume(p.ring(), &mut got);
         }
-        assert_eq!(got.iter().map(|e| e.a).collect::<Vec<_>>(), (0..10).collect::<Vec<_>>());
+        assert_eq!(
+            got.iter().map(|e| e.a).collect::<Vec<_>>(),
+            (0..10).collect::<Vec<_>>()
+        );
         assert_eq!(p.ring().prod().load(Ordering::Relaxed), 8);
     }
 
@@ -377,11 +403,15 @@ mod tests {
         p.publish();
         let both = sys::SIW_RS_KF_SQ_IDLE | sys::SIW_RS_KF_ERROR;
         assert!(!p.needs_doorbell(both));
-        p.ring().kflags().store(sys::SIW_RS_KF_SQ_IDLE, Ordering::Relaxed);
+        p.ring()
+            .kflags()
+            .store(sys::SIW_RS_KF_SQ_IDLE, Ordering::Relaxed);
         assert!(p.needs_doorbell(both));
         assert!(!p.needs_doorbell(sys::SIW_RS_KF_ERROR));
         assert!(!p.in_error());
-        p.ring().kflags().store(sys::SIW_RS_KF_ERROR, Ordering::Relaxed);
+        p.ring()
+            .kflags()
+            .store(sys::SIW_RS_KF_ERROR, Ordering::Relaxed);
         assert!(p.in_error());
         assert!(p.needs_doorbell(sys::SIW_RS_KF_ERROR));
     }
@@ -411,7 +441,13 @@ mod tests {
                 let n = r.available(cons).unwrap();
                 for _ in 0..n {
                     let e = r.read(cons);
-                    assert_eq!(e, E { a: next, b: next * 3 });
+                    assert_eq!(
+                        e,
+                        E {
+                            a: next,
+                            b: next * 3
+                        }
+                    );
                     next += 1;
                     cons = cons.wrapping_add(1);
                 }

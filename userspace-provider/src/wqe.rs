@@ -18,14 +18,39 @@ pub type Errno = i32;
 #[allow(missing_docs)]
 pub enum SendOp {
     Send,
-    SendImm { imm: u32 },
-    SendInv { stag: u32 },
-    Write { remote_addr: u64, rkey: u32 },
-    WriteImm { remote_addr: u64, rkey: u32, imm: u32 },
-    Read { remote_addr: u64, rkey: u32 },
-    CmpSwp { remote_addr: u64, rkey: u32, compare: u64, swap: u64 },
-    FetchAdd { remote_addr: u64, rkey: u32, add: u64 },
-    LocalInv { stag: u32 },
+    SendImm {
+        imm: u32,
+    },
+    SendInv {
+        stag: u32,
+    },
+    Write {
+        remote_addr: u64,
+        rkey: u32,
+    },
+    WriteImm {
+        remote_addr: u64,
+        rkey: u32,
+        imm: u32,
+    },
+    Read {
+        remote_addr: u64,
+        rkey: u32,
+    },
+    CmpSwp {
+        remote_addr: u64,
+        rkey: u32,
+        compare: u64,
+        swap: u64,
+    },
+    FetchAdd {
+        remote_addr: u64,
+        rkey: u32,
+        add: u64,
+    },
+    LocalInv {
+        stag: u32,
+    },
 }
 
 impl SendOp {
@@ -101,18 +126,30 @@ pub fn new_sqe(wr_id: u64, op: SendOp, flags: u8) -> Sqe {
         SendOp::Send => {}
         SendOp::SendImm { imm } => imm_or_inv = imm,
         SendOp::SendInv { stag } | SendOp::LocalInv { stag } => imm_or_inv = stag,
-        SendOp::Write { remote_addr: a, rkey: k } | SendOp::Read { remote_addr: a, rkey: k } => {
-            (remote_addr, rkey) = (a, k)
+        SendOp::Write {
+            remote_addr: a,
+            rkey: k,
         }
-        SendOp::WriteImm { remote_addr: a, rkey: k, imm } => {
-            (remote_addr, rkey, imm_or_inv) = (a, k, imm)
-        }
-        SendOp::CmpSwp { remote_addr: a, rkey: k, compare, swap } => {
-            (remote_addr, rkey, atomic) = (a, k, [compare, swap])
-        }
-        SendOp::FetchAdd { remote_addr: a, rkey: k, add } => {
-            (remote_addr, rkey, atomic) = (a, k, [add, 0])
-        }
+        | SendOp::Read {
+            remote_addr: a,
+            rkey: k,
+        } => (remote_addr, rkey) = (a, k),
+        SendOp::WriteImm {
+            remote_addr: a,
+            rkey: k,
+            imm,
+        } => (remote_addr, rkey, imm_or_inv) = (a, k, imm),
+        SendOp::CmpSwp {
+            remote_addr: a,
+            rkey: k,
+            compare,
+            swap,
+        } => (remote_addr, rkey, atomic) = (a, k, [compare, swap]),
+        SendOp::FetchAdd {
+            remote_addr: a,
+            rkey: k,
+            add,
+        } => (remote_addr, rkey, atomic) = (a, k, [add, 0]),
     }
     Sqe {
         wr_id,
@@ -126,7 +163,9 @@ pub fn new_sqe(wr_id: u64, op: SendOp, flags: u8) -> Sqe {
         imm_or_inv,
         atomic,
         rsvd1: [0; 2],
-        __bindgen_anon_1: sys::siw_rs_sqe__bindgen_ty_1 { inline_data: [0; abi_max_inline()] },
+        __bindgen_anon_1: sys::siw_rs_sqe__bindgen_ty_1 {
+            inline_data: [0; abi_max_inline()],
+        },
     }
 }
 
@@ -134,13 +173,24 @@ const fn abi_max_inline() -> usize {
     crate::abi::MAX_INLINE as usize
 }
 
-fn to_sges(sges: &[ibv_sge], max_sge: u32) -> Result<([Sge; crate::abi::MAX_SGE as usize], u8), Errno> {
+fn to_sges(
+    sges: &[ibv_sge],
+    max_sge: u32,
+) -> Result<([Sge; crate::abi::MAX_SGE as usize], u8), Errno> {
     if sges.len() > max_sge as usize {
         return Err(EINVAL);
     }
-    let mut out = [Sge { addr: 0, length: 0, lkey: 0 }; crate::abi::MAX_SGE as usize];
+    let mut out = [Sge {
+        addr: 0,
+        length: 0,
+        lkey: 0,
+    }; crate::abi::MAX_SGE as usize];
     for (o, s) in out.iter_mut().zip(sges) {
-        *o = Sge { addr: s.addr, length: s.length, lkey: s.lkey };
+        *o = Sge {
+            addr: s.addr,
+            length: s.length,
+            lkey: s.lkey,
+        };
     }
     Ok((out, sges.len() as u8))
 }
@@ -173,7 +223,10 @@ pub fn set_inline<'a>(
     let mut data = [0u8; abi_max_inline()];
     let mut len = 0usize;
     for b in bufs {
-        let end = len.checked_add(b.len()).filter(|&e| e <= max).ok_or(EINVAL)?;
+        let end = len
+            .checked_add(b.len())
+            .filter(|&e| e <= max)
+            .ok_or(EINVAL)?;
         data[len..end].copy_from_slice(b);
         len = end;
     }
@@ -193,7 +246,12 @@ pub fn sge_bytes(sges: &[ibv_sge]) -> u64 {
 /// A receive queue entry.
 pub fn new_rqe(wr_id: u64, sges: &[ibv_sge], limits: &Limits) -> Result<Rqe, Errno> {
     let (sge, num_sge) = to_sges(sges, limits.max_sge)?;
-    Ok(Rqe { wr_id, num_sge, rsvd0: [0; 7], sge })
+    Ok(Rqe {
+        wr_id,
+        num_sge,
+        rsvd0: [0; 7],
+        sge,
+    })
 }
 
 /// The `IBV_WC_*` flags of a completion.
@@ -219,7 +277,9 @@ pub fn wc_from_cqe(c: &Cqe) -> ibv_wc {
         opcode: c.opcode as sys::ibv_wc_opcode,
         vendor_err: c.vendor_err,
         byte_len: c.byte_len,
-        __bindgen_anon_1: sys::ibv_wc__bindgen_ty_1 { imm_data: c.imm_or_inv },
+        __bindgen_anon_1: sys::ibv_wc__bindgen_ty_1 {
+            imm_data: c.imm_or_inv,
+        },
         qp_num: c.qp_num,
         src_qp: 0,
         wc_flags: wc_flags(c),
@@ -234,7 +294,10 @@ pub fn wc_from_cqe(c: &Cqe) -> ibv_wc {
 mod tests {
     use super::*;
 
-    const L: Limits = Limits { max_sge: 6, max_inline: 64 };
+    const L: Limits = Limits {
+        max_sge: 6,
+        max_inline: 64,
+    };
 
     fn sge(addr: u64, length: u32, lkey: u32) -> ibv_sge {
         ibv_sge { addr, length, lkey }
@@ -243,7 +306,10 @@ mod tests {
     fn sges_of(s: &Sqe) -> Vec<(u64, u32, u32)> {
         // SAFETY (test): both union members are plain integer arrays.
         let all = unsafe { s.__bindgen_anon_1.sge };
-        all[..s.num_sge as usize].iter().map(|g| (g.addr, g.length, g.lkey)).collect()
+        all[..s.num_sge as usize]
+            .iter()
+            .map(|g| (g.addr, g.length, g.lkey))
+            .collect()
     }
 
     fn inline_of(s: &Sqe) -> Vec<u8> {
@@ -257,20 +323,63 @@ mod tests {
     fn every_opcode_header() {
         let cases: [(SendOp, u32, u64, u32, u32, [u64; 2]); 9] = [
             (SendOp::Send, sys::SIW_RS_OP_SEND, 0, 0, 0, [0, 0]),
-            (SendOp::SendImm { imm: 0x1122_3344 }, sys::SIW_RS_OP_SEND_IMM, 0, 0, 0x1122_3344, [0, 0]),
-            (SendOp::SendInv { stag: 0x55 }, sys::SIW_RS_OP_SEND_INV, 0, 0, 0x55, [0, 0]),
-            (SendOp::Write { remote_addr: 0x1000, rkey: 7 }, sys::SIW_RS_OP_WRITE, 0x1000, 7, 0, [0, 0]),
             (
-                SendOp::WriteImm { remote_addr: 0x2000, rkey: 8, imm: 9 },
+                SendOp::SendImm { imm: 0x1122_3344 },
+                sys::SIW_RS_OP_SEND_IMM,
+                0,
+                0,
+                0x1122_3344,
+                [0, 0],
+            ),
+            (
+                SendOp::SendInv { stag: 0x55 },
+                sys::SIW_RS_OP_SEND_INV,
+                0,
+                0,
+                0x55,
+                [0, 0],
+            ),
+            (
+                SendOp::Write {
+                    remote_addr: 0x1000,
+                    rkey: 7,
+                },
+                sys::SIW_RS_OP_WRITE,
+                0x1000,
+                7,
+                0,
+                [0, 0],
+            ),
+            (
+                SendOp::WriteImm {
+                    remote_addr: 0x2000,
+                    rkey: 8,
+                    imm: 9,
+                },
                 sys::SIW_RS_OP_WRITE_IMM,
                 0x2000,
                 8,
                 9,
                 [0, 0],
             ),
-            (SendOp::Read { remote_addr: 0x3000, rkey: 10 }, sys::SIW_RS_OP_READ, 0x3000, 10, 0, [0, 0]),
             (
-                SendOp::CmpSwp { remote_addr: 0x4000, rkey: 11, compare: 12, swap: 13 },
+                SendOp::Read {
+                    remote_addr: 0x3000,
+                    rkey: 10,
+                },
+                sys::SIW_RS_OP_READ,
+                0x3000,
+                10,
+                0,
+                [0, 0],
+            ),
+            (
+                SendOp::CmpSwp {
+                    remote_addr: 0x4000,
+                    rkey: 11,
+                    compare: 12,
+                    swap: 13,
+                },
                 sys::SIW_RS_OP_ATOMIC_CMP_SWP,
                 0x4000,
                 11,
@@ -278,33 +387,60 @@ mod tests {
                 [12, 13],
             ),
             (
-                SendOp::FetchAdd { remote_addr: 0x5000, rkey: 14, add: 15 },
+                SendOp::FetchAdd {
+                    remote_addr: 0x5000,
+                    rkey: 14,
+                    add: 15,
+                },
                 sys::SIW_RS_OP_ATOMIC_FETCH_ADD,
                 0x5000,
                 14,
                 0,
                 [15, 0],
             ),
-            (SendOp::LocalInv { stag: 0x66 }, sys::SIW_RS_OP_LOCAL_INV, 0, 0, 0x66, [0, 0]),
+            (
+                SendOp::LocalInv { stag: 0x66 },
+                sys::SIW_RS_OP_LOCAL_INV,
+                0,
+                0,
+                0x66,
+                [0, 0],
+            ),
         ];
         for (op, opcode, raddr, rkey, imm, atomic) in cases {
             let s = new_sqe(42, op, sys::SIW_RS_WQE_SIGNALED as u8);
             assert_eq!(s.wr_id, 42);
             assert_eq!(s.opcode as u32, opcode, "{op:?}");
             assert_eq!(s.flags as u32, sys::SIW_RS_WQE_SIGNALED);
-            assert_eq!((s.remote_addr, s.rkey, s.imm_or_inv, s.atomic), (raddr, rkey, imm, atomic));
-            assert_eq!((s.num_sge, s.inline_len, s.rsvd0, s.rsvd1), (0, 0, 0, [0, 0]));
+            assert_eq!(
+                (s.remote_addr, s.rkey, s.imm_or_inv, s.atomic),
+                (raddr, rkey, imm, atomic)
+            );
+            assert_eq!(
+                (s.num_sge, s.inline_len, s.rsvd0, s.rsvd1),
+                (0, 0, 0, [0, 0])
+            );
         }
     }
 
     #[test]
     fn sges_and_limits() {
-        let mut s = new_sqe(1, SendOp::Write { remote_addr: 1, rkey: 2 }, 0);
+        let mut s = new_sqe(
+            1,
+            SendOp::Write {
+                remote_addr: 1,
+                rkey: 2,
+            },
+            0,
+        );
         set_sges(&mut s, &[sge(0x10, 4, 1), sge(0x20, 8, 2)], &L).unwrap();
         assert_eq!(sges_of(&s), vec![(0x10, 4, 1), (0x20, 8, 2)]);
         let seven = [sge(0, 1, 1); 7];
         assert_eq!(set_sges(&mut s, &seven, &L), Err(EINVAL));
-        let tight = Limits { max_sge: 1, max_inline: 0 };
+        let tight = Limits {
+            max_sge: 1,
+            max_inline: 0,
+        };
         assert_eq!(set_sges(&mut s, &seven[..2], &tight), Err(EINVAL));
         let mut inv = new_sqe(1, SendOp::LocalInv { stag: 3 }, 0);
         assert_eq!(set_sges(&mut inv, &seven[..1], &L), Err(EINVAL));
@@ -324,12 +460,30 @@ mod tests {
         assert_eq!(set_inline(&mut s, [&big[..]], &L), Err(EINVAL));
         // Not even the ABI maximum is exceeded with a larger QP limit.
         let huge = [0u8; 257];
-        let wide = Limits { max_sge: 6, max_inline: 1024 };
+        let wide = Limits {
+            max_sge: 6,
+            max_inline: 1024,
+        };
         assert_eq!(set_inline(&mut s, [&huge[..]], &wide), Err(EINVAL));
         // Reads and atomics carry no inline data.
-        let mut r = new_sqe(1, SendOp::Read { remote_addr: 0, rkey: 0 }, 0);
+        let mut r = new_sqe(
+            1,
+            SendOp::Read {
+                remote_addr: 0,
+                rkey: 0,
+            },
+            0,
+        );
         assert_eq!(set_inline(&mut r, [&b"x"[..]], &L), Err(EINVAL));
-        let mut a = new_sqe(1, SendOp::FetchAdd { remote_addr: 0, rkey: 0, add: 1 }, 0);
+        let mut a = new_sqe(
+            1,
+            SendOp::FetchAdd {
+                remote_addr: 0,
+                rkey: 0,
+                add: 1,
+            },
+            0,
+        );
         assert_eq!(set_inline(&mut a, [&b"x"[..]], &L), Err(EINVAL));
         // Switching back to SGEs clears the inline flag.
         set_sges(&mut s, &[sge(1, 1, 1)], &L).unwrap();
@@ -340,8 +494,14 @@ mod tests {
     #[test]
     fn send_flags() {
         assert_eq!(sqe_flags(0, false), Ok((0, false)));
-        assert_eq!(sqe_flags(0, true), Ok((sys::SIW_RS_WQE_SIGNALED as u8, false)));
-        let all = sys::IBV_SEND_SIGNALED | sys::IBV_SEND_SOLICITED | sys::IBV_SEND_FENCE | sys::IBV_SEND_INLINE;
+        assert_eq!(
+            sqe_flags(0, true),
+            Ok((sys::SIW_RS_WQE_SIGNALED as u8, false))
+        );
+        let all = sys::IBV_SEND_SIGNALED
+            | sys::IBV_SEND_SOLICITED
+            | sys::IBV_SEND_FENCE
+            | sys::IBV_SEND_INLINE;
         let want = sys::SIW_RS_WQE_SIGNALED | sys::SIW_RS_WQE_SOLICITED | sys::SIW_RS_WQE_FENCE;
         assert_eq!(sqe_flags(all, false), Ok((want as u8, true)));
         assert_eq!(sqe_flags(sys::IBV_SEND_IP_CSUM, false), Err(ENOTSUP));
@@ -351,7 +511,10 @@ mod tests {
     fn rqe_encoding() {
         let r = new_rqe(9, &[sge(0x100, 64, 5)], &L).unwrap();
         assert_eq!((r.wr_id, r.num_sge), (9, 1));
-        assert_eq!((r.sge[0].addr, r.sge[0].length, r.sge[0].lkey), (0x100, 64, 5));
+        assert_eq!(
+            (r.sge[0].addr, r.sge[0].length, r.sge[0].lkey),
+            (0x100, 64, 5)
+        );
         assert_eq!(new_rqe(9, &[sge(0, 0, 0); 7], &L).err(), Some(EINVAL));
         assert_eq!(new_rqe(9, &[], &L).unwrap().num_sge, 0);
     }
@@ -371,11 +534,20 @@ mod tests {
             rsvd1: 0,
         };
         let wc = wc_from_cqe(&c);
-        assert_eq!((wc.wr_id, wc.opcode, wc.status), (77, sys::IBV_WC_RECV, sys::IBV_WC_SUCCESS));
-        assert_eq!((wc.byte_len, wc.qp_num, wc.wc_flags), (1000, 3, sys::IBV_WC_WITH_IMM));
+        assert_eq!(
+            (wc.wr_id, wc.opcode, wc.status),
+            (77, sys::IBV_WC_RECV, sys::IBV_WC_SUCCESS)
+        );
+        assert_eq!(
+            (wc.byte_len, wc.qp_num, wc.wc_flags),
+            (1000, 3, sys::IBV_WC_WITH_IMM)
+        );
         // SAFETY (test): both union members are u32.
         assert_eq!(unsafe { wc.__bindgen_anon_1.imm_data }, 0xdead_beef);
-        let inv = Cqe { flags: sys::SIW_RS_CQE_WITH_INV as u8, ..c };
+        let inv = Cqe {
+            flags: sys::SIW_RS_CQE_WITH_INV as u8,
+            ..c
+        };
         assert_eq!(wc_flags(&inv), sys::IBV_WC_WITH_INV);
     }
 }

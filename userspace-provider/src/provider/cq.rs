@@ -8,7 +8,7 @@ use std::mem::size_of;
 use libc::{EINVAL, EIO, ENOENT, EOPNOTSUPP, EPROTO};
 
 use super::{fail, log_err, zeroed_uninit};
-use crate::abi::{CreateCqExResp, CreateCqResp, Cqe, RingGeometry};
+use crate::abi::{Cqe, CreateCqExResp, CreateCqResp, RingGeometry};
 use crate::lock::QueueLock;
 use crate::ring::Ring;
 use crate::sys::{self, ibv_context, ibv_cq, ibv_cq_ex};
@@ -108,7 +108,11 @@ unsafe fn create(
     // which every field of Cq is valid.
     let cq = unsafe {
         (&raw mut (*p).ring).write(ring);
-        (&raw mut (*p).cursor).write(QueueLock::new(Cursor { cons, taken: 0, cur: EMPTY_CQE }));
+        (&raw mut (*p).cursor).write(QueueLock::new(Cursor {
+            cons,
+            taken: 0,
+            cur: EMPTY_CQE,
+        }));
         Box::into_raw(cq.assume_init())
     };
     // SAFETY: cq is valid; the extended API entry points are always set
@@ -141,7 +145,10 @@ pub(super) unsafe extern "C" fn create_cq(
     let cmd = |vcq: *mut sys::verbs_cq| {
         // SAFETY: all-zero is valid for the command structs.
         let (mut cmd, mut resp) = unsafe {
-            (std::mem::zeroed::<sys::ibv_create_cq>(), std::mem::zeroed::<CreateCqResp>())
+            (
+                std::mem::zeroed::<sys::ibv_create_cq>(),
+                std::mem::zeroed::<CreateCqResp>(),
+            )
         };
         // SAFETY: ctx/channel as received; vcq is the CQ's final address.
         let ret = unsafe {
@@ -157,7 +164,11 @@ pub(super) unsafe extern "C" fn create_cq(
                 size_of::<CreateCqResp>(),
             )
         };
-        if ret != 0 { Err(ret) } else { Ok(resp.drv) }
+        if ret != 0 {
+            Err(ret)
+        } else {
+            Ok(resp.drv)
+        }
     };
     // SAFETY: ctx is an open context of ours; cmd runs ibv_cmd_create_cq.
     match unsafe { create(ctx, cmd) } {
@@ -197,7 +208,11 @@ pub(super) unsafe extern "C" fn create_cq_ex(
                 0,
             )
         };
-        if ret != 0 { Err(ret) } else { Ok(resp.drv) }
+        if ret != 0 {
+            Err(ret)
+        } else {
+            Ok(resp.drv)
+        }
     };
     // SAFETY: ctx is an open context of ours; cmd runs ibv_cmd_create_cq_ex.
     match unsafe { create(ctx, cmd) } {
@@ -217,10 +232,16 @@ pub(super) unsafe extern "C" fn destroy_cq(ibcq: *mut ibv_cq) -> c_int {
     ret
 }
 
-pub(super) unsafe extern "C" fn poll_cq(ibcq: *mut ibv_cq, ne: c_int, wc: *mut sys::ibv_wc) -> c_int {
+pub(super) unsafe extern "C" fn poll_cq(
+    ibcq: *mut ibv_cq,
+    ne: c_int,
+    wc: *mut sys::ibv_wc,
+) -> c_int {
     // SAFETY: ibcq is ours.
     let cq = unsafe { Cq::from_ibv(ibcq) };
-    let Ok(ne) = u32::try_from(ne) else { return -EINVAL };
+    let Ok(ne) = u32::try_from(ne) else {
+        return -EINVAL;
+    };
     let mut cur = cq.cursor.lock();
     let n = match cq.ring.available(cur.cons) {
         Ok(n) => n.min(ne),
@@ -239,7 +260,11 @@ pub(super) unsafe extern "C" fn poll_cq(ibcq: *mut ibv_cq, ne: c_int, wc: *mut s
 pub(super) unsafe extern "C" fn req_notify_cq(ibcq: *mut ibv_cq, solicited_only: c_int) -> c_int {
     // SAFETY: ibcq is ours.
     let cq = unsafe { Cq::from_ibv(ibcq) };
-    cq.ring.arm(if solicited_only != 0 { sys::SIW_RS_NOTIFY_SOLICITED } else { sys::SIW_RS_NOTIFY_NEXT });
+    cq.ring.arm(if solicited_only != 0 {
+        sys::SIW_RS_NOTIFY_SOLICITED
+    } else {
+        sys::SIW_RS_NOTIFY_NEXT
+    });
     0
 }
 

@@ -56,13 +56,17 @@ fn zeroed_uninit<T>() -> Box<MaybeUninit<T>> {
 
 /// Logs an error through libibverbs' logger (`VERBS_LOG_LEVEL`).
 fn log_err(ctx: *mut ibv_context, msg: &str) {
-    let Ok(msg) = std::ffi::CString::new(format!("siw_rs: {msg}\n")) else { return };
+    let Ok(msg) = std::ffi::CString::new(format!("siw_rs: {msg}\n")) else {
+        return;
+    };
     // SAFETY: every ibv_context libibverbs hands a provider is the
     // `context` field of a verbs_context, so stepping back by its offset
     // yields the verbs_context; __verbs_log only reads it and the format
     // string takes exactly one C string argument.
     unsafe {
-        let vctx = ctx.byte_sub(offset_of!(verbs_context, context)).cast::<verbs_context>();
+        let vctx = ctx
+            .byte_sub(offset_of!(verbs_context, context))
+            .cast::<verbs_context>();
         sys::__verbs_log(vctx, sys::VERBS_LOG_ERR, c"%s".as_ptr(), msg.as_ptr());
     }
 }
@@ -162,7 +166,11 @@ impl Context {
     unsafe fn from_ibv<'a>(ctx: *mut ibv_context) -> &'a Context {
         // SAFETY: the caller guarantees ctx is the `vctx.context` field of
         // a live Context.
-        unsafe { &*ctx.byte_sub(offset_of!(Context, vctx.context)).cast::<Context>() }
+        unsafe {
+            &*ctx
+                .byte_sub(offset_of!(Context, vctx.context))
+                .cast::<Context>()
+        }
     }
 }
 
@@ -223,8 +231,12 @@ unsafe extern "C" fn alloc_context(
     // SAFETY: ctx is a fresh, initialized, exclusively owned Context.
     let vctx = unsafe { &raw mut (*ctx).vctx };
     // SAFETY: all-zero is valid for these C command/response structs.
-    let (mut cmd, mut resp) =
-        unsafe { (std::mem::zeroed::<sys::ibv_get_context>(), std::mem::zeroed::<AllocCtxResp>()) };
+    let (mut cmd, mut resp) = unsafe {
+        (
+            std::mem::zeroed::<sys::ibv_get_context>(),
+            std::mem::zeroed::<AllocCtxResp>(),
+        )
+    };
     // SAFETY: vctx is initialized; cmd/resp are sized as passed.
     let ret = unsafe {
         sys::ibv_cmd_get_context(
@@ -292,7 +304,12 @@ unsafe extern "C" fn query_device_ex(
         return ret;
     }
     let fw = resp.base.fw_ver;
-    let text = format!("{}.{}.{}", (fw >> 32) & 0xffff, (fw >> 16) & 0xffff, fw & 0xffff);
+    let text = format!(
+        "{}.{}.{}",
+        (fw >> 32) & 0xffff,
+        (fw >> 16) & 0xffff,
+        fw & 0xffff
+    );
     // SAFETY: attr is valid for attr_size >= sizeof(orig_attr) octets
     // (ibv_cmd_query_device_any just filled it).
     let dst = unsafe { &mut (*attr).orig_attr.fw_ver };

@@ -21,7 +21,7 @@ use libc::{EINVAL, EIO, ENOMEM, EOPNOTSUPP, EPROTO};
 const SQ_DOORBELL: u32 = sys::SIW_RS_KF_SQ_IDLE | sys::SIW_RS_KF_ERROR;
 
 use super::{fail, log_err, zeroed_uninit, Context};
-use crate::abi::{self, CreateQpResp, Limits, Rqe, RingGeometry, Sqe};
+use crate::abi::{self, CreateQpResp, Limits, RingGeometry, Rqe, Sqe};
 use crate::lock::QueueLock;
 use crate::ring::{Producer, Ring};
 use crate::sys::{self, ibv_qp, ibv_qp_ex, ibv_recv_wr, ibv_send_wr, ibv_sge};
@@ -81,7 +81,8 @@ fn check_init_attr(a: &sys::ibv_qp_init_attr_ex) -> Result<(), Errno> {
     if a.comp_mask & !QP_COMP_MASK != 0 || a.qp_type != sys::IBV_QPT_RC {
         return Err(EOPNOTSUPP);
     }
-    if a.comp_mask & sys::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0 && a.send_ops_flags & !SEND_OPS != 0 {
+    if a.comp_mask & sys::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0 && a.send_ops_flags & !SEND_OPS != 0
+    {
         return Err(EOPNOTSUPP);
     }
     Ok(())
@@ -112,11 +113,15 @@ fn map_ring<E: Copy>(
 /// # Safety
 /// `ctx` is an open context of this provider and `attr` a valid attribute
 /// struct whose PD, CQs and SRQ belong to it.
-unsafe fn create(ctx: *mut sys::ibv_context, attr: *mut sys::ibv_qp_init_attr_ex) -> Result<*mut Qp, Errno> {
+unsafe fn create(
+    ctx: *mut sys::ibv_context,
+    attr: *mut sys::ibv_qp_init_attr_ex,
+) -> Result<*mut Qp, Errno> {
     // SAFETY: valid per the caller.
     let a = unsafe { &*attr };
     check_init_attr(a)?;
-    let send_ops = (a.comp_mask & sys::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0).then_some(a.send_ops_flags);
+    let send_ops =
+        (a.comp_mask & sys::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0).then_some(a.send_ops_flags);
     let has_srq = !a.srq.is_null();
     let sig_all = a.sq_sig_all != 0;
     // SAFETY: ctx is ours.
@@ -128,8 +133,12 @@ unsafe fn create(ctx: *mut sys::ibv_context, attr: *mut sys::ibv_qp_init_attr_ex
     // address (the kernel object refers to it).
     let vqp = unsafe { &raw mut (*p).vqp };
     // SAFETY: all-zero is valid for the command structs.
-    let (mut cmd, mut resp) =
-        unsafe { (std::mem::zeroed::<sys::ibv_create_qp>(), std::mem::zeroed::<CreateQpResp>()) };
+    let (mut cmd, mut resp) = unsafe {
+        (
+            std::mem::zeroed::<sys::ibv_create_qp>(),
+            std::mem::zeroed::<CreateQpResp>(),
+        )
+    };
     // SAFETY: arguments valid per the caller; sizes as passed.
     let ret = unsafe {
         sys::ibv_cmd_create_qp_ex(
@@ -150,7 +159,9 @@ unsafe fn create(ctx: *mut sys::ibv_context, attr: *mut sys::ibv_qp_init_attr_ex
         let rq = if has_srq {
             None
         } else {
-            Some(map_ring::<Rqe>(ctx, "QP RQ", d.rq_key, d.rq_bytes, d.num_rqe)?)
+            Some(map_ring::<Rqe>(
+                ctx, "QP RQ", d.rq_key, d.rq_bytes, d.num_rqe,
+            )?)
         };
         Ok((sq, rq))
     });
@@ -169,7 +180,10 @@ unsafe fn create(ctx: *mut sys::ibv_context, attr: *mut sys::ibv_qp_init_attr_ex
     // SAFETY: initializing the remaining fields, after which every field of
     // Qp is valid.
     let qp = unsafe {
-        (&raw mut (*p).sq).write(QueueLock::new(SendQueue { ring: Producer::new(sq), batch: Batch::default() }));
+        (&raw mut (*p).sq).write(QueueLock::new(SendQueue {
+            ring: Producer::new(sq),
+            batch: Batch::default(),
+        }));
         (&raw mut (*p).rq).write(rq.map(|r| QueueLock::new(Producer::new(r))));
         (&raw mut (*p).limits).write(limits);
         (&raw mut (*p).sig_all).write(sig_all);
@@ -194,7 +208,10 @@ pub(super) unsafe extern "C" fn create_qp_ex(
     }
 }
 
-pub(super) unsafe extern "C" fn create_qp(pd: *mut sys::ibv_pd, attr: *mut sys::ibv_qp_init_attr) -> *mut ibv_qp {
+pub(super) unsafe extern "C" fn create_qp(
+    pd: *mut sys::ibv_pd,
+    attr: *mut sys::ibv_qp_init_attr,
+) -> *mut ibv_qp {
     // SAFETY: pd is ours and attr the caller's valid attribute struct.
     let (ctx, a) = unsafe { ((*pd).context, &mut *attr) };
     // SAFETY: all-zero is a valid ibv_qp_init_attr_ex.
@@ -218,7 +235,11 @@ pub(super) unsafe extern "C" fn create_qp(pd: *mut sys::ibv_pd, attr: *mut sys::
     }
 }
 
-pub(super) unsafe extern "C" fn modify_qp(qp: *mut ibv_qp, attr: *mut sys::ibv_qp_attr, mask: c_int) -> c_int {
+pub(super) unsafe extern "C" fn modify_qp(
+    qp: *mut ibv_qp,
+    attr: *mut sys::ibv_qp_attr,
+    mask: c_int,
+) -> c_int {
     // SAFETY: all-zero is a valid command struct.
     let mut cmd: sys::ibv_modify_qp = unsafe { std::mem::zeroed() };
     // SAFETY: arguments as received from libibverbs.
@@ -234,7 +255,16 @@ pub(super) unsafe extern "C" fn query_qp(
     // SAFETY: all-zero is a valid command struct.
     let mut cmd: sys::ibv_query_qp = unsafe { std::mem::zeroed() };
     // SAFETY: arguments as received from libibverbs.
-    unsafe { sys::ibv_cmd_query_qp(qp, attr, mask, init_attr, &mut cmd, size_of::<sys::ibv_query_qp>()) }
+    unsafe {
+        sys::ibv_cmd_query_qp(
+            qp,
+            attr,
+            mask,
+            init_attr,
+            &mut cmd,
+            size_of::<sys::ibv_query_qp>(),
+        )
+    }
 }
 
 pub(super) unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> c_int {
@@ -293,15 +323,25 @@ fn send_op(w: &ibv_send_wr) -> Result<SendOp, Errno> {
     let op = unsafe {
         match w.opcode {
             sys::IBV_WR_SEND => SendOp::Send,
-            sys::IBV_WR_SEND_WITH_IMM => SendOp::SendImm { imm: w.__bindgen_anon_1.imm_data },
-            sys::IBV_WR_SEND_WITH_INV => SendOp::SendInv { stag: w.__bindgen_anon_1.invalidate_rkey },
-            sys::IBV_WR_RDMA_WRITE => SendOp::Write { remote_addr: w.wr.rdma.remote_addr, rkey: w.wr.rdma.rkey },
+            sys::IBV_WR_SEND_WITH_IMM => SendOp::SendImm {
+                imm: w.__bindgen_anon_1.imm_data,
+            },
+            sys::IBV_WR_SEND_WITH_INV => SendOp::SendInv {
+                stag: w.__bindgen_anon_1.invalidate_rkey,
+            },
+            sys::IBV_WR_RDMA_WRITE => SendOp::Write {
+                remote_addr: w.wr.rdma.remote_addr,
+                rkey: w.wr.rdma.rkey,
+            },
             sys::IBV_WR_RDMA_WRITE_WITH_IMM => SendOp::WriteImm {
                 remote_addr: w.wr.rdma.remote_addr,
                 rkey: w.wr.rdma.rkey,
                 imm: w.__bindgen_anon_1.imm_data,
             },
-            sys::IBV_WR_RDMA_READ => SendOp::Read { remote_addr: w.wr.rdma.remote_addr, rkey: w.wr.rdma.rkey },
+            sys::IBV_WR_RDMA_READ => SendOp::Read {
+                remote_addr: w.wr.rdma.remote_addr,
+                rkey: w.wr.rdma.rkey,
+            },
             sys::IBV_WR_ATOMIC_CMP_AND_SWP => SendOp::CmpSwp {
                 remote_addr: w.wr.atomic.remote_addr,
                 rkey: w.wr.atomic.rkey,
@@ -313,7 +353,9 @@ fn send_op(w: &ibv_send_wr) -> Result<SendOp, Errno> {
                 rkey: w.wr.atomic.rkey,
                 add: w.wr.atomic.compare_add,
             },
-            sys::IBV_WR_LOCAL_INV => SendOp::LocalInv { stag: w.__bindgen_anon_1.invalidate_rkey },
+            sys::IBV_WR_LOCAL_INV => SendOp::LocalInv {
+                stag: w.__bindgen_anon_1.invalidate_rkey,
+            },
             _ => return Err(EINVAL),
         }
     };
@@ -341,7 +383,11 @@ unsafe fn sqe_from_wr(w: &ibv_send_wr, qp: &Qp) -> Result<Sqe, Errno> {
             return Err(EINVAL);
         }
         // SAFETY: inline SGEs name readable buffers (per the caller).
-        wqe::set_inline(&mut sqe, sges.iter().map(|s| unsafe { sge_bytes(s) }), &qp.limits)?;
+        wqe::set_inline(
+            &mut sqe,
+            sges.iter().map(|s| unsafe { sge_bytes(s) }),
+            &qp.limits,
+        )?;
     } else {
         // SAFETY: per the caller.
         let sges = unsafe { sge_list(w.sg_list, w.num_sge, qp.limits.max_sge) }?;
@@ -417,7 +463,11 @@ pub(super) unsafe fn post_recv_list(
 ) -> (c_int, bool) {
     let mut ring = rq.lock();
     let mut cur = wr;
-    let mut err = if on_error == OnError::Refuse && ring.in_error() { EIO } else { 0 };
+    let mut err = if on_error == OnError::Refuse && ring.in_error() {
+        EIO
+    } else {
+        0
+    };
     while err == 0 && !cur.is_null() {
         // SAFETY: per the caller.
         let w = unsafe { &*cur };
@@ -455,7 +505,8 @@ pub(super) unsafe extern "C" fn post_recv(
         return EINVAL;
     };
     // SAFETY: wr/bad_wr as received from the caller.
-    let (err, ring_doorbell) = unsafe { post_recv_list(rq, &qp.limits, OnError::Flush, wr, bad_wr) };
+    let (err, ring_doorbell) =
+        unsafe { post_recv_list(rq, &qp.limits, OnError::Flush, wr, bad_wr) };
     if ring_doorbell {
         let mut bad = null_mut();
         // SAFETY: ibqp is live; an empty list is the RQ doorbell.
@@ -554,7 +605,13 @@ unsafe fn begin(ibqp: *mut ibv_qp_ex, op: SendOp) {
         return;
     }
     let r = flush_pending(sq)
-        .and_then(|()| if sq.ring.free_slots() == 0 { Err(ENOMEM) } else { Ok(()) })
+        .and_then(|()| {
+            if sq.ring.free_slots() == 0 {
+                Err(ENOMEM)
+            } else {
+                Ok(())
+            }
+        })
         // Inline data comes through wr_set_inline_data*, not the flag.
         .and_then(|()| wqe::sqe_flags(wr_flags & !sys::IBV_SEND_INLINE, qp.sig_all));
     match r {
@@ -574,7 +631,10 @@ fn flush_pending(sq: &mut SendQueue) -> Result<(), Errno> {
 ///
 /// # Safety
 /// As `in_batch`.
-unsafe fn set_payload(ibqp: *mut ibv_qp_ex, f: impl FnOnce(&mut Sqe, &Limits) -> Result<(), Errno>) {
+unsafe fn set_payload(
+    ibqp: *mut ibv_qp_ex,
+    f: impl FnOnce(&mut Sqe, &Limits) -> Result<(), Errno>,
+) {
     // SAFETY: per the caller.
     let (qp, sq) = unsafe { in_batch(ibqp) };
     if sq.batch.err != 0 {
@@ -647,9 +707,23 @@ unsafe extern "C" fn wr_rdma_write(ibqp: *mut ibv_qp_ex, rkey: u32, remote_addr:
     unsafe { begin(ibqp, SendOp::Write { remote_addr, rkey }) }
 }
 
-unsafe extern "C" fn wr_rdma_write_imm(ibqp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64, imm: sys::__be32) {
+unsafe extern "C" fn wr_rdma_write_imm(
+    ibqp: *mut ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    imm: sys::__be32,
+) {
     // SAFETY: inside a batch.
-    unsafe { begin(ibqp, SendOp::WriteImm { remote_addr, rkey, imm }) }
+    unsafe {
+        begin(
+            ibqp,
+            SendOp::WriteImm {
+                remote_addr,
+                rkey,
+                imm,
+            },
+        )
+    }
 }
 
 unsafe extern "C" fn wr_rdma_read(ibqp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
@@ -657,14 +731,44 @@ unsafe extern "C" fn wr_rdma_read(ibqp: *mut ibv_qp_ex, rkey: u32, remote_addr: 
     unsafe { begin(ibqp, SendOp::Read { remote_addr, rkey }) }
 }
 
-unsafe extern "C" fn wr_atomic_cmp_swp(ibqp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64, compare: u64, swap: u64) {
+unsafe extern "C" fn wr_atomic_cmp_swp(
+    ibqp: *mut ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    compare: u64,
+    swap: u64,
+) {
     // SAFETY: inside a batch.
-    unsafe { begin(ibqp, SendOp::CmpSwp { remote_addr, rkey, compare, swap }) }
+    unsafe {
+        begin(
+            ibqp,
+            SendOp::CmpSwp {
+                remote_addr,
+                rkey,
+                compare,
+                swap,
+            },
+        )
+    }
 }
 
-unsafe extern "C" fn wr_atomic_fetch_add(ibqp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64, add: u64) {
+unsafe extern "C" fn wr_atomic_fetch_add(
+    ibqp: *mut ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    add: u64,
+) {
     // SAFETY: inside a batch.
-    unsafe { begin(ibqp, SendOp::FetchAdd { remote_addr, rkey, add }) }
+    unsafe {
+        begin(
+            ibqp,
+            SendOp::FetchAdd {
+                remote_addr,
+                rkey,
+                add,
+            },
+        )
+    }
 }
 
 unsafe extern "C" fn wr_local_inv(ibqp: *mut ibv_qp_ex, stag: u32) {
@@ -680,7 +784,11 @@ unsafe extern "C" fn wr_set_sge(ibqp: *mut ibv_qp_ex, lkey: u32, addr: u64, leng
     unsafe { set_payload(ibqp, |sqe, l| wqe::set_sges(sqe, sges, l)) }
 }
 
-unsafe extern "C" fn wr_set_sge_list(ibqp: *mut ibv_qp_ex, num_sge: usize, sg_list: *const ibv_sge) {
+unsafe extern "C" fn wr_set_sge_list(
+    ibqp: *mut ibv_qp_ex,
+    num_sge: usize,
+    sg_list: *const ibv_sge,
+) {
     let n = c_int::try_from(num_sge).unwrap_or(c_int::MAX);
     // SAFETY: inside a batch; sg_list holds num_sge entries (the bound is
     // checked before the slice is formed).
@@ -701,7 +809,11 @@ unsafe extern "C" fn wr_set_inline_data(ibqp: *mut ibv_qp_ex, addr: *mut c_void,
             if length > l.max_inline as usize {
                 return Err(EINVAL);
             }
-            let data: &[u8] = if length == 0 { &[] } else { slice::from_raw_parts(addr.cast(), length) };
+            let data: &[u8] = if length == 0 {
+                &[]
+            } else {
+                slice::from_raw_parts(addr.cast(), length)
+            };
             wqe::set_inline(sqe, [data], l)
         })
     }
@@ -721,13 +833,20 @@ unsafe extern "C" fn wr_set_inline_data_list(
             if num_buf > 0 && buf_list.is_null() {
                 return Err(EINVAL);
             }
-            let bufs: &[sys::ibv_data_buf] =
-                if num_buf == 0 { &[] } else { slice::from_raw_parts(buf_list, num_buf) };
+            let bufs: &[sys::ibv_data_buf] = if num_buf == 0 {
+                &[]
+            } else {
+                slice::from_raw_parts(buf_list, num_buf)
+            };
             if bufs.iter().any(|b| b.length > l.max_inline as usize) {
                 return Err(EINVAL);
             }
             let data = bufs.iter().map(|b| -> &[u8] {
-                if b.length == 0 { &[] } else { slice::from_raw_parts(b.addr.cast(), b.length) }
+                if b.length == 0 {
+                    &[]
+                } else {
+                    slice::from_raw_parts(b.addr.cast(), b.length)
+                }
             });
             wqe::set_inline(sqe, data, l)
         })

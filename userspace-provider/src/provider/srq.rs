@@ -32,7 +32,10 @@ impl Srq {
 
 /// # Safety
 /// `pd` is a PD of this provider, `attr` the caller's valid attributes.
-unsafe fn create(pd: *mut sys::ibv_pd, attr: *mut sys::ibv_srq_init_attr) -> Result<*mut Srq, Errno> {
+unsafe fn create(
+    pd: *mut sys::ibv_pd,
+    attr: *mut sys::ibv_srq_init_attr,
+) -> Result<*mut Srq, Errno> {
     // SAFETY: pd is ours.
     let ctx = unsafe { (*pd).context };
     // SAFETY: ctx is open (it owns pd).
@@ -43,8 +46,12 @@ unsafe fn create(pd: *mut sys::ibv_pd, attr: *mut sys::ibv_srq_init_attr) -> Res
     // keeps its address (the kernel object refers to it).
     let ibsrq = unsafe { &raw mut (*p).srq };
     // SAFETY: all-zero is valid for the command structs.
-    let (mut cmd, mut resp) =
-        unsafe { (std::mem::zeroed::<sys::ibv_create_srq>(), std::mem::zeroed::<CreateSrqResp>()) };
+    let (mut cmd, mut resp) = unsafe {
+        (
+            std::mem::zeroed::<sys::ibv_create_srq>(),
+            std::mem::zeroed::<CreateSrqResp>(),
+        )
+    };
     // SAFETY: arguments valid per the caller; sizes as passed.
     let ret = unsafe {
         sys::ibv_cmd_create_srq(
@@ -91,7 +98,10 @@ unsafe fn create(pd: *mut sys::ibv_pd, attr: *mut sys::ibv_srq_init_attr) -> Res
     })
 }
 
-pub(super) unsafe extern "C" fn create_srq(pd: *mut sys::ibv_pd, attr: *mut sys::ibv_srq_init_attr) -> *mut ibv_srq {
+pub(super) unsafe extern "C" fn create_srq(
+    pd: *mut sys::ibv_pd,
+    attr: *mut sys::ibv_srq_init_attr,
+) -> *mut ibv_srq {
     // SAFETY: libibverbs passes a PD of ours and the caller's attributes.
     match unsafe { create(pd, attr) } {
         Ok(srq) => srq.cast(),
@@ -99,14 +109,21 @@ pub(super) unsafe extern "C" fn create_srq(pd: *mut sys::ibv_pd, attr: *mut sys:
     }
 }
 
-pub(super) unsafe extern "C" fn modify_srq(srq: *mut ibv_srq, attr: *mut sys::ibv_srq_attr, mask: c_int) -> c_int {
+pub(super) unsafe extern "C" fn modify_srq(
+    srq: *mut ibv_srq,
+    attr: *mut sys::ibv_srq_attr,
+    mask: c_int,
+) -> c_int {
     // SAFETY: all-zero is a valid command struct.
     let mut cmd: sys::ibv_modify_srq = unsafe { std::mem::zeroed() };
     // SAFETY: arguments as received from libibverbs.
     unsafe { sys::ibv_cmd_modify_srq(srq, attr, mask, &mut cmd, size_of::<sys::ibv_modify_srq>()) }
 }
 
-pub(super) unsafe extern "C" fn query_srq(srq: *mut ibv_srq, attr: *mut sys::ibv_srq_attr) -> c_int {
+pub(super) unsafe extern "C" fn query_srq(
+    srq: *mut ibv_srq,
+    attr: *mut sys::ibv_srq_attr,
+) -> c_int {
     // SAFETY: all-zero is a valid command struct.
     let mut cmd: sys::ibv_query_srq = unsafe { std::mem::zeroed() };
     // SAFETY: arguments as received from libibverbs.
