@@ -500,6 +500,9 @@ pub struct Receiver<C> {
     ulen: u16,
     marker_buf: [u8; MARKER_LEN],
     marker_got: usize,
+    /// The current FPDU's leading marker (one due before its
+    /// ULPDU_Length) was received.
+    lead_marker: bool,
     trailer: [u8; CRC_LEN],
     trailer_got: usize,
     pad_left: usize,
@@ -544,6 +547,7 @@ impl<C: CrcEngine> Receiver<C> {
             ulen: 0,
             marker_buf: [0; MARKER_LEN],
             marker_got: 0,
+            lead_marker: false,
             trailer: [0; CRC_LEN],
             trailer_got: 0,
             pad_left: 0,
@@ -586,13 +590,18 @@ impl<C: CrcEngine> Receiver<C> {
     /// Whether the receiver sits between two FPDUs with nothing of the next
     /// one received (a clean place for the stream to end).
     pub fn at_fpdu_boundary(&self) -> bool {
-        (self.phase == Phase::Length && self.len_got == 0 && self.marker_got == 0)
+        (self.phase == Phase::Length
+            && self.len_got == 0
+            && self.marker_got == 0
+            && !self.lead_marker)
             || self.phase == Phase::Terminated
     }
 
     /// Marker stream offset of the next octet, with markers.
     pub fn stream_pos(&self) -> Option<u32> {
-        self.markers.map(|m| m.stream_pos())
+        // A marker in progress has not advanced the marker state yet.
+        self.markers
+            .map(|m| m.stream_pos().wrapping_add(self.marker_got as u32))
     }
 
     /// The segment being received (from its `Header` event on), or the last
@@ -707,6 +716,7 @@ impl<C: CrcEngine> Receiver<C> {
     fn start_fpdu(&mut self) {
         self.phase = Phase::Length;
         self.len_got = 0;
+        self.lead_marker = false;
         if self.config.crc {
             self.crc.reset();
         }
@@ -794,6 +804,9 @@ impl<C: CrcEngine> Receiver<C> {
         };
         if let Err(e) = checked {
             return Err(self.fail(RxErrorKind::Mpa(e), mpa_code(e), false));
+        }
+        if self.phase == Phase::Length && self.len_got == 0 {
+            self.lead_marker = true;
         }
         // Markers before the CRC field are covered by it, one inside the CRC
         // field is not.
@@ -1891,6 +1904,40 @@ mod tests {
             let threes: Vec<&[u8]> = s.chunks(3).collect();
             assert_eq!(run_with(c, &threes, &mut Unlimited), whole, "{c:?} by 3");
         }
+    }
+
+    /// Found by the `rx_stream` fuzz target: `stream_pos()` left out the
+    /// octets of a marker received in part, and `at_fpdu_boundary()` held
+    /// once the next FPDU's leading marker had arrived.
+    #[test]
+    fn marker_in_progress_counts() {
+        let mut rx = Receiver::new(marked_cfg(false, 0), SoftCrc32c::new());
+        assert!(rx.at_fpdu_boundary());
+        assert_eq!(rx.feed(&[0, 0], &mut Unlimited), (2, Ok(None)));
+        assert_eq!(rx.stream_pos(), Some(2));
+        assert!(!rx.at_fpdu_boundary());
+        assert_eq!(rx.feed(&[0, 0], &mut Unlimited), (2, Ok(None)));
+        assert_eq!(rx.stream_pos(), Some(4));
+        assert!(!rx.at_fpdu_boundary(), "leading marker received");
+        // An empty Send (24 octets) ending right at a marker position: that
+        // marker leads the next FPDU.
+        let send = [0x41, 0x43, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0];
+        let wire = mark_stream(&[&send], 488, false);
+        assert_eq!(wire.len(), 24);
+        let mut rx = Receiver::new(marked_cfg(false, 488), SoftCrc32c::new());
+        let mut rest: &[u8] = &wire;
+        let mut n = 0;
+        while rx.poll(&mut rest, &mut Unlimited).unwrap().is_some() {
+            n += 1;
+        }
+        assert_eq!(n, 2, "Header and Done");
+        assert!(rx.at_fpdu_boundary());
+        assert_eq!(rx.stream_pos(), Some(512));
+        assert_eq!(rx.feed(&[0, 0, 0], &mut Unlimited), (3, Ok(None)));
+        assert_eq!(rx.stream_pos(), Some(515));
+        assert_eq!(rx.feed(&[0], &mut Unlimited), (1, Ok(None)));
+        assert_eq!(rx.stream_pos(), Some(516));
+        assert!(!rx.at_fpdu_boundary(), "the next FPDU's marker arrived");
     }
 
     #[test]
