@@ -1546,6 +1546,17 @@ fn rx_seeds(o: &mut Out) {
         r,
         "ok",
     );
+    // An empty Send ending at a marker position, then the next FPDU's
+    // leading marker: not at an FPDU boundary.
+    let empty = send_ulpdu(3, true, 1, 0, &[]);
+    let mut lead = raw_stream(&[empty], Some(488), false);
+    lead.extend_from_slice(&[0, 0, 0, 0]);
+    o.put(
+        "raw-ends-in-leading-marker",
+        &rx_raw(F_MARKERS, 488, 1, [100, 0, 0, 0], lead).encode(),
+        r,
+        "ok",
+    );
     let mut lenbad = raw_stream(&[s1.clone()], None, false);
     lenbad[1] = 5;
     o.put("raw-ulpdu-length-5", &rx_raw(0, 0, 1, [100, 0, 0, 0], lenbad).encode(), r, "ULPDU length");

@@ -1707,7 +1707,15 @@ pub fn check_framing(r: &RefStream, f: &Framing) {
             assert_eq!(fp.crc.map(|c| c.1), Some(0), "CRC field without CRC");
         }
         assert_eq!(fp.bad_marker, None);
-        assert_eq!(fp.markers.is_empty(), r.markers.is_none() || fp.markers.is_empty());
+        if r.markers.is_none() {
+            assert!(fp.markers.is_empty(), "markers in a stream without");
+        }
+        assert_eq!(fp.markers.len() % MARKER_LEN, 0, "a partial marker");
+        assert_eq!(
+            fp.end - fp.start,
+            mpa::fpdu_len(s.ulen) + fp.markers.len(),
+            "FPDU length with markers"
+        );
     }
 }
 
