@@ -8,6 +8,8 @@
 #include <linux/netdevice.h>
 #include <net/addrconf.h>
 #include <rdma/ib_verbs.h>
+#include <rdma/ib_umem.h>
+#include <rdma/uverbs_ioctl.h>
 #include <rdma/iw_cm.h>
 #include <rdma/rdma_netlink.h>
 #include <linux/net.h>
@@ -18,3 +20,4 @@
 #include <net/tcp.h>
 
 #include "helpers.h"
+#include "../uapi/siw_rs-abi.h"

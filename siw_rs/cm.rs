@@ -321,6 +321,14 @@ pub(crate) fn create_listen(dev: &Device<SiwRs>, id: CmId, backlog: i32) -> Resu
     let net = dev.data().net(dev)?;
     let addr = id.local_addr();
     let sock = Socket::new(net, addr.family())?;
+    if addr.is_wildcard() {
+        // The RDMA CM asks every device to listen on a wildcard address:
+        // each takes only its own interface's connections, so the
+        // listeners of several devices (and upstream siw's, which does the
+        // same) can share the port. A specific address stays unbound, so
+        // connections to it over `lo` are accepted too.
+        sock.bind_to_device(dev.data().ifindex(dev)?)?;
+    }
     sock.bind(&addr)?;
     sock.listen(backlog.max(1))?;
     let l = Arc::pin_init(

@@ -120,15 +120,40 @@ struct Cur {
     planned: bool,
 }
 
-/// Kernel virtual address ranges of a message's payload, in order.
-struct Segs(KVec<(u64, usize)>);
+/// Kernel virtual address ranges of a message's payload, in order, and the
+/// regions they lie in.
+struct Segs {
+    ranges: KVec<(u64, usize)>,
+    /// Held until the message is sent: a process may deregister a region
+    /// (or die) while its send is in flight, and a user region's pages stay
+    /// pinned as long as it is referenced.
+    _held: KVec<Arc<Mem>>,
+}
 
 impl Segs {
+    /// No payload.
+    fn empty() -> Self {
+        Segs { ranges: KVec::new(), _held: KVec::new() }
+    }
+
+    /// The payload of `len` bytes at `addr` in `m`.
+    fn of_region(m: Arc<Mem>, addr: u64, len: u64) -> core::result::Result<Self, AccessError> {
+        let mut s = Segs::empty();
+        s.add(m, addr, len)?;
+        Ok(s)
+    }
+
+    /// Appends `len` bytes at `addr` in `m` (already checked).
+    fn add(&mut self, m: Arc<Mem>, addr: u64, len: u64) -> core::result::Result<(), AccessError> {
+        push_ranges(&mut self.ranges, &m, addr, len)?;
+        self._held.push(m, GFP_KERNEL).map_err(|_| AccessError::Bounds)
+    }
+
     /// Calls `f` with the slices covering `offset..offset + len`.
     fn for_range<'a>(&'a self, offset: u32, len: u32, mut f: impl FnMut(&'a [u8])) -> bool {
         let mut skip = offset as usize;
         let mut left = len as usize;
-        for &(kva, n) in self.0.iter() {
+        for &(kva, n) in self.ranges.iter() {
             if left == 0 {
                 break;
             }
@@ -138,8 +163,11 @@ impl Segs {
             }
             let take = (n - skip).min(left);
             // SAFETY: every range was resolved through a registered region
-            // (`resolve_local`), which the consumer keeps valid until the
-            // work request completes; the WQE is still outstanding here.
+            // that `self` holds: a process's region keeps its pages pinned
+            // while referenced; a kernel consumer keeps its memory valid
+            // until the work request completes (the verbs contract). Inline
+            // data lives in the WQE, which is kept while the message is
+            // sent.
             f(unsafe { kmem::slice(kva + skip as u64, take) });
             left -= take;
             skip = 0;
@@ -416,14 +444,14 @@ impl Conn {
     fn begin(&self, tx: &mut Tx, job: Job) -> core::result::Result<(), Option<(SendWqe, WcStatus)>> {
         let qp = self.qp();
         let wqe = match job {
-            Job::Response(j) => {
-                let msg = Message::read_response(&j.req);
-                let mut v = KVec::new();
-                if let Some(m) = &j.mem {
-                    push_ranges(&mut v, m, j.req.source_to, u64::from(j.req.read_size)).map_err(|_| None)?;
-                }
+            Job::Response(ReadJob { req, mem }) => {
+                let msg = Message::read_response(&req);
+                let segs = match mem {
+                    Some(m) => Segs::of_region(m, req.source_to, u64::from(req.read_size)).map_err(|_| None)?,
+                    None => Segs::empty(),
+                };
                 let msg = tx.transmitter.start(&msg).map_err(|_| None)?;
-                tx.cur = Some(Cur { msg, wqe: None, segs: Segs(v), planned: false });
+                tx.cur = Some(Cur { msg, wqe: None, segs, planned: false });
                 return Ok(());
             }
             Job::Wqe(w) => w,
@@ -460,7 +488,15 @@ impl Conn {
         };
         let is_read = matches!(msg, Message::ReadRequest(_));
         let segs = if is_read {
-            Segs(KVec::new())
+            Segs::empty()
+        } else if let Some(buf) = &wqe.inline {
+            // Copied at post time; the buffer lives in the WQE, which is
+            // kept until the message is sent.
+            let mut s = Segs::empty();
+            if s.ranges.push((buf.as_ptr() as usize as u64, wqe.len as usize), GFP_KERNEL).is_err() {
+                return Err(Some((wqe, WcStatus::LocProtErr)));
+            }
+            s
         } else {
             match resolve_local(qp, sges, 0) {
                 Ok(s) => s,
@@ -583,7 +619,7 @@ impl Conn {
                         if let Some(FixedPayload::ReadRequest(req)) = h.fixed {
                             match check_remote(qp, req.source_stag, req.source_to, req.read_size, Access::REMOTE_READ) {
                                 Ok(m) => rx.read = Some(ReadJob { req, mem: m }),
-                                Err(e) => return Err(rx.receiver.reject(remote_code(e))),
+                                Err(e) => return Err(rx.receiver.reject(read_source_code(e))),
                             }
                         }
                     }
@@ -730,19 +766,7 @@ impl Conn {
         }
         let cm = self.cm.lock().take();
         if let Some(cm) = cm {
-            let (local, remote) = self.addrs();
-            let ev = CmEvent {
-                kind: CmEventKind::Close,
-                status: 0,
-                local,
-                remote,
-                private_data: &[],
-                provider_data: 0,
-                ird: 0,
-                ord: 0,
-            };
-            cm.deliver(&ev);
-            drop(cm);
+            self.report(&cm, CmEventKind::Close);
         }
         // The message in flight is flushed too (its memory references go).
         let cur = self.tx.lock().cur.take();
@@ -759,19 +783,24 @@ impl Conn {
         }
         let cm = self.cm.lock().clone();
         if let Some(cm) = cm {
-            let (local, remote) = self.addrs();
-            cm.deliver(&CmEvent {
-                kind: CmEventKind::Disconnect,
-                status: 0,
-                local,
-                remote,
-                private_data: &[],
-                provider_data: 0,
-                ird: 0,
-                ord: 0,
-            });
+            self.report(&cm, CmEventKind::Disconnect);
         }
         self.close(None);
+    }
+
+    /// Reports a connection event (no private data) to the CM.
+    fn report(&self, cm: &CmId, kind: CmEventKind) {
+        let (local, remote) = self.addrs();
+        cm.deliver(&CmEvent {
+            kind,
+            status: 0,
+            local,
+            remote,
+            private_data: &[],
+            provider_data: 0,
+            ird: 0,
+            ord: 0,
+        });
     }
 }
 
@@ -809,6 +838,18 @@ fn remote_code(e: AccessError) -> TermCode {
     }
 }
 
+/// The TERMINATE code for a refused RDMA Read Request: RFC 5040 section
+/// 4.4 has RDMAP, not DDP, validate the Data Source STag and TO, so these
+/// are RDMAP Remote Protection errors (layer 0, type 1).
+fn read_source_code(e: AccessError) -> TermCode {
+    TermCode::RdmapRemoteProtection(match e {
+        AccessError::InvalidStag | AccessError::Invalidated => RemoteProtectionCode::InvalidStag,
+        AccessError::WrongPd => RemoteProtectionCode::StagNotAssociated,
+        AccessError::Bounds => RemoteProtectionCode::BaseBounds,
+        AccessError::Rights => RemoteProtectionCode::AccessRights,
+    })
+}
+
 /// Checks a remote access of `len` bytes at (`stag`, `to`). A zero-length
 /// access names no memory and is not checked (RFC 6581 RTR messages).
 fn check_remote(qp: &Qp<SiwRs>, stag: u32, to: u64, len: u32, rights: u32) -> core::result::Result<Option<Arc<Mem>>, AccessError> {
@@ -822,16 +863,16 @@ fn check_remote(qp: &Qp<SiwRs>, stag: u32, to: u64, len: u32, rights: u32) -> co
 
 /// Resolves local SGEs (send sources) into kernel virtual ranges.
 fn resolve_local(qp: &Qp<SiwRs>, sges: &[Sge], rights: u32) -> core::result::Result<Segs, AccessError> {
-    let mut v = KVec::new();
+    let mut segs = Segs::empty();
     for s in sges {
         if s.length == 0 {
             continue;
         }
         let m = mem::lookup(qp::stags(qp), s.lkey).ok_or(AccessError::InvalidStag)?;
         m.check(s.lkey, qp.pd().id(), s.addr, u64::from(s.length), rights)?;
-        push_ranges(&mut v, &m, s.addr, u64::from(s.length))?;
+        segs.add(m, s.addr, u64::from(s.length))?;
     }
-    Ok(Segs(v))
+    Ok(segs)
 }
 
 /// Appends the kernel virtual ranges of `len` bytes at `addr` in `m` to

@@ -14,12 +14,14 @@ use crate::{
     mem::{self, Mem, NewMem, Stags},
     netdev::{self, NetDevice},
     qp::{self, QpCore, QpTable},
+    srq::{self, SrqCore},
     cm::{self, Listener},
     iw::{CmId, ConnParam, IwCm},
     net::Net,
     sync::{new_irq_spinlock, IrqSpinLock},
+    uverbs::Udata,
     registry,
-    verbs::{Cq, CqAttr, Mr, MrKind, Notify, Pd, Qp, QpInitAttr, QpModify, QpQuery, QpSlot, RecvWr, SendWr, Verbs, WcSink},
+    verbs::{Cq, CqAttr, Mr, MrKind, Notify, Pd, Qp, QpInitAttr, QpModify, QpQuery, QpSlot, RecvWr, SendWr, Srq, SrqAttr, Verbs, WcSink},
 };
 use core::{ptr::NonNull, sync::atomic::{AtomicU32, Ordering}};
 use kernel::{
@@ -58,6 +60,11 @@ impl DeviceData {
         let nd = dev.netdev(PORT).ok_or(ENODEV)?;
         Ok(Net::of(&nd))
     }
+
+    /// The interface index of the device's netdev.
+    pub(crate) fn ifindex(&self, dev: &Device<SiwRs>) -> Result<i32> {
+        Ok(dev.netdev(PORT).ok_or(ENODEV)?.ifindex())
+    }
 }
 
 /// Live object counts of one device.
@@ -67,6 +74,7 @@ struct Counts {
     cq: AtomicU32,
     qp: AtomicU32,
     mr: AtomicU32,
+    srq: AtomicU32,
 }
 
 /// Takes one unit of `count` if that keeps it within `max`.
@@ -187,6 +195,7 @@ impl Driver for SiwRs {
     type Cq = Arc<CqState>;
     type Qp = Arc<QpCore>;
     type Mr = MrData;
+    type Srq = Arc<SrqCore>;
 
     // The stock rdma-core provider for upstream siw matches
     // RDMA_DRIVER_SIW, and upstream siw's netdev notifier looks its devices
@@ -290,10 +299,18 @@ impl Verbs for SiwRs {
         release(&pd.device().data().counts.pd);
     }
 
-    fn create_cq(dev: &Device<Self>, attr: &mut CqAttr) -> Result<Arc<CqState>> {
+    fn create_cq(dev: &Device<Self>, attr: &mut CqAttr, udata: Option<&Udata>) -> Result<Arc<CqState>> {
         let counts = &dev.data().counts;
         reserve(&counts.cq, MAX_CQ)?;
-        CqState::new(attr, MAX_CQE).inspect_err(|_| release(&counts.cq))
+        (|| {
+            let uctx = udata.map(Udata::ucontext).transpose()?;
+            let cq = CqState::new(attr, MAX_CQE, uctx.as_ref())?;
+            if let (Some(u), Some((ring_key, ring_bytes, num_cqe))) = (udata, cq.user_ring()) {
+                u.respond(&ffi::siw_rs_uresp_create_cq { ring_key, ring_bytes, cq_id: 0, num_cqe })?;
+            }
+            Ok(cq)
+        })()
+        .inspect_err(|_| release(&counts.cq))
     }
 
     fn destroy_cq(cq: &Cq<Self>) {
@@ -308,12 +325,25 @@ impl Verbs for SiwRs {
         cq::arm(cq, how, report_missed)
     }
 
-    fn create_qp(pd: &Pd<Self>, attr: &mut QpInitAttr, slot: QpSlot<Self>) -> Result<(Arc<QpCore>, u32)> {
+    fn create_qp(
+        pd: &Pd<Self>,
+        attr: &mut QpInitAttr,
+        slot: QpSlot<Self>,
+        udata: Option<&Udata>,
+    ) -> Result<(Arc<QpCore>, u32)> {
         let d = pd.device().data();
         reserve(&d.counts.qp, MAX_QP)?;
-        let core = QpCore::new(attr, d.stags.clone()).inspect_err(|_| release(&d.counts.qp))?;
-        let qpn = d.qps.lock().insert(slot.raw()).inspect_err(|_| release(&d.counts.qp))?;
-        Ok((core, qpn))
+        (|| {
+            let uctx = udata.map(Udata::ucontext).transpose()?;
+            let core = QpCore::new(attr, d.stags.clone(), uctx.as_ref())?;
+            let qpn = d.qps.lock().insert(slot.raw())?;
+            if let (Some(u), Some(resp)) = (udata, core.user_resp()) {
+                let resp = ffi::siw_rs_uresp_create_qp { qp_id: qpn, ..resp };
+                u.respond(&resp).inspect_err(|_| d.qps.lock().remove(qpn))?;
+            }
+            Ok((core, qpn))
+        })()
+        .inspect_err(|_| release(&d.counts.qp))
     }
 
     fn modify_qp(qp: &Qp<Self>, attr: &QpModify) -> Result {
@@ -322,6 +352,44 @@ impl Verbs for SiwRs {
 
     fn query_qp(qp: &Qp<Self>) -> QpQuery {
         qp::query(qp)
+    }
+
+    fn sq_doorbell(qp: &Qp<Self>) {
+        qp::sq_doorbell(qp)
+    }
+
+    fn rq_doorbell(qp: &Qp<Self>) {
+        qp::rq_doorbell(qp)
+    }
+
+    fn create_srq(pd: &Pd<Self>, attr: &mut SrqAttr, udata: Option<&Udata>) -> Result<Arc<SrqCore>> {
+        let counts = &pd.device().data().counts;
+        reserve(&counts.srq, MAX_SRQ)?;
+        (|| {
+            let uctx = udata.map(Udata::ucontext).transpose()?;
+            let srq = SrqCore::new(attr, uctx.as_ref())?;
+            if let (Some(u), Some(resp)) = (udata, srq.user_resp()) {
+                u.respond(&resp)?;
+            }
+            Ok(srq)
+        })()
+        .inspect_err(|_| release(&counts.srq))
+    }
+
+    fn modify_srq(s: &Srq<Self>, max_wr: Option<u32>, limit: Option<u32>) -> Result {
+        srq::modify(s, max_wr, limit)
+    }
+
+    fn query_srq(s: &Srq<Self>) -> SrqAttr {
+        srq::query(s)
+    }
+
+    fn destroy_srq(s: &Srq<Self>) {
+        release(&s.device().data().counts.srq);
+    }
+
+    fn post_srq_recv(s: &Srq<Self>, wr: &RecvWr<'_>) -> Result {
+        srq::post(s, wr)
     }
 
     fn destroy_qp(qp: &Qp<Self>) {
@@ -345,6 +413,7 @@ impl Verbs for SiwRs {
         let how = match kind {
             MrKind::Dma(a) => NewMem::Dma(a),
             MrKind::Fast(n) => NewMem::Fast(n),
+            MrKind::User { umem, iova, len, access } => NewMem::User { umem, iova, len, access },
         };
         let mem = mem::create(&d.stags, pd.id(), how).inspect_err(|_| release(&d.counts.mr))?;
         let stag = mem.stag();

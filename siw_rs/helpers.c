@@ -10,7 +10,14 @@
 #include <net/addrconf.h>
 #include <net/sock.h>
 #include <net/tcp.h>
+#include <linux/sysfs.h>
+#include <linux/vmalloc.h>
+#include <linux/workqueue.h>
+#include <rdma/ib_umem.h>
 #include <rdma/rdma_netlink.h>
+#include <rdma/uverbs_ioctl.h>
+
+#include "../uapi/siw_rs-abi.h"
 
 #include "helpers.h"
 
@@ -162,4 +169,168 @@ void siw_rs_h_registry_lock(void)
 void siw_rs_h_registry_unlock(void)
 {
 	mutex_unlock(&siw_rs_registry_mutex);
+}
+
+/* --- User verbs -------------------------------------------------------- */
+
+/* The attribute the rdma-core provider matches siw_rs devices by. */
+static ssize_t siw_rs_abi_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	return sysfs_emit(buf, "%d\n", SIW_RS_ABI_VERSION);
+}
+static DEVICE_ATTR_RO(siw_rs_abi);
+static struct attribute *siw_rs_attrs[] = { &dev_attr_siw_rs_abi.attr, NULL };
+const struct attribute_group siw_rs_h_attr_group = { .attrs = siw_rs_attrs };
+
+struct ib_udata *siw_rs_h_bundle_udata(struct uverbs_attr_bundle *attrs)
+{
+	return attrs ? &attrs->driver_udata : NULL;
+}
+
+struct ib_ucontext *siw_rs_h_udata_ucontext(struct ib_udata *udata)
+{
+	return udata ? rdma_udata_to_uverbs_attr_bundle(udata)->context : NULL;
+}
+
+/* A response the provider has no room for is an ABI mismatch. */
+int siw_rs_h_copy_to_udata(struct ib_udata *udata, const void *src, size_t len)
+{
+	if (udata->outlen < len)
+		return -EINVAL;
+	return ib_copy_to_udata(udata, (void *)src, len);
+}
+
+/* A ring: vmalloc_user memory behind an mmap entry of the ucontext. The
+ * memory belongs to the entry and is freed by mmap_free, once the entry was
+ * removed and no mmap() call holds it any more; pages already mapped into a
+ * process keep their own references. */
+struct siw_rs_ring_entry {
+	struct rdma_user_mmap_entry base;
+	void *vaddr;
+};
+
+void *siw_rs_h_ring_alloc(struct ib_ucontext *uctx, size_t bytes, u64 *key,
+			  struct rdma_user_mmap_entry **entry)
+{
+	struct siw_rs_ring_entry *e = kzalloc(sizeof(*e), GFP_KERNEL);
+
+	if (!e)
+		return NULL;
+	e->vaddr = vmalloc_user(bytes);
+	if (!e->vaddr)
+		goto free_entry;
+	if (rdma_user_mmap_entry_insert(uctx, &e->base, PAGE_ALIGN(bytes)))
+		goto free_ring;
+	*key = rdma_user_mmap_get_offset(&e->base);
+	*entry = &e->base;
+	return e->vaddr;
+free_ring:
+	vfree(e->vaddr);
+free_entry:
+	kfree(e);
+	return NULL;
+}
+
+void siw_rs_h_ring_remove(struct rdma_user_mmap_entry *entry)
+{
+	rdma_user_mmap_entry_remove(entry);
+}
+
+int siw_rs_h_mmap(struct ib_ucontext *uctx, struct vm_area_struct *vma)
+{
+	struct rdma_user_mmap_entry *entry = rdma_user_mmap_entry_get(uctx, vma);
+	int rv;
+
+	if (!entry)
+		return -EINVAL;
+	rv = remap_vmalloc_range(vma, container_of(entry, struct siw_rs_ring_entry, base)->vaddr, 0);
+	rdma_user_mmap_entry_put(entry);
+	return rv;
+}
+
+void siw_rs_h_mmap_free(struct rdma_user_mmap_entry *entry)
+{
+	struct siw_rs_ring_entry *e = container_of(entry, struct siw_rs_ring_entry, base);
+
+	vfree(e->vaddr);
+	kfree(e);
+}
+
+/* Pinned user memory. The last reference to a region may go in softirq
+ * context (a receive holding it), but unpinning may sleep: the release runs
+ * from a work item on a module-owned queue, drained at module exit. */
+struct siw_rs_umem {
+	struct work_struct work;
+	struct ib_umem *umem;
+	u64 *pages;		/* kernel virtual address of each page */
+	size_t npages;
+};
+
+static struct workqueue_struct *siw_rs_umem_wq;
+
+int siw_rs_h_umem_init(void)
+{
+	siw_rs_umem_wq = alloc_workqueue("siw_rs_umem", WQ_UNBOUND, 0);
+	return siw_rs_umem_wq ? 0 : -ENOMEM;
+}
+
+void siw_rs_h_umem_exit(void)
+{
+	destroy_workqueue(siw_rs_umem_wq);
+}
+
+static void siw_rs_umem_release(struct work_struct *work)
+{
+	struct siw_rs_umem *u = container_of(work, struct siw_rs_umem, work);
+
+	kvfree(u->pages);
+	ib_umem_release(u->umem);
+	kfree(u);
+}
+
+struct siw_rs_umem *siw_rs_h_umem_get(struct ib_device *dev, u64 start, u64 len, int access)
+{
+	struct siw_rs_umem *u = kzalloc(sizeof(*u), GFP_KERNEL);
+	struct ib_umem *umem;
+
+	if (!u)
+		return ERR_PTR(-ENOMEM);
+	umem = ib_umem_get(dev, start, len, access);
+	if (IS_ERR(umem)) {
+		kfree(u);
+		return ERR_CAST(umem);
+	}
+	u->umem = umem;
+	u->npages = ib_umem_num_pages(umem);
+	u->pages = kvmalloc_array(u->npages, sizeof(u64), GFP_KERNEL);
+	if (!u->pages) {
+		ib_umem_release(umem);
+		kfree(u);
+		return ERR_PTR(-ENOMEM);
+	}
+	{
+		struct sg_page_iter it;
+		size_t i = 0;
+
+		for_each_sgtable_page(&umem->sgt_append.sgt, &it, 0) {
+			if (i >= u->npages)
+				break;
+			u->pages[i++] = (u64)(uintptr_t)page_address(sg_page_iter_page(&it));
+		}
+		u->npages = i;
+	}
+	INIT_WORK(&u->work, siw_rs_umem_release);
+	return u;
+}
+
+/* The page array; valid and unchanged until siw_rs_h_umem_put. */
+const u64 *siw_rs_h_umem_pages(struct siw_rs_umem *u, size_t *n)
+{
+	*n = u->npages;
+	return u->pages;
+}
+
+void siw_rs_h_umem_put(struct siw_rs_umem *u)
+{
+	queue_work(siw_rs_umem_wq, &u->work);
 }

@@ -41,6 +41,30 @@ void siw_rs_h_sk_set_timeouts(struct sock *sk, long rcv_jiffies, long snd_jiffie
 long siw_rs_h_msecs_to_jiffies(unsigned int ms);
 void siw_rs_h_sk_set_reuseaddr(struct sock *sk);
 
+/* User verbs (uverbs.rs): rings mapped into processes, pinned user memory,
+ * udata, and the sysfs attribute the rdma-core provider matches on. */
+struct ib_ucontext;
+struct ib_udata;
+struct uverbs_attr_bundle;
+struct vm_area_struct;
+struct rdma_user_mmap_entry;
+struct siw_rs_umem;
+
+extern const struct attribute_group siw_rs_h_attr_group;
+struct ib_udata *siw_rs_h_bundle_udata(struct uverbs_attr_bundle *attrs);
+struct ib_ucontext *siw_rs_h_udata_ucontext(struct ib_udata *udata);
+int siw_rs_h_copy_to_udata(struct ib_udata *udata, const void *src, size_t len);
+void *siw_rs_h_ring_alloc(struct ib_ucontext *uctx, size_t bytes, u64 *key,
+			  struct rdma_user_mmap_entry **entry);
+void siw_rs_h_ring_remove(struct rdma_user_mmap_entry *entry);
+int siw_rs_h_mmap(struct ib_ucontext *uctx, struct vm_area_struct *vma);
+void siw_rs_h_mmap_free(struct rdma_user_mmap_entry *entry);
+int siw_rs_h_umem_init(void);
+void siw_rs_h_umem_exit(void);
+struct siw_rs_umem *siw_rs_h_umem_get(struct ib_device *dev, u64 start, u64 len, int access);
+const u64 *siw_rs_h_umem_pages(struct siw_rs_umem *u, size_t *n);
+void siw_rs_h_umem_put(struct siw_rs_umem *u);
+
 /* The one lock of the device registry in registry.rs. */
 void siw_rs_h_registry_lock(void);
 void siw_rs_h_registry_unlock(void);

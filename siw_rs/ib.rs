@@ -48,6 +48,8 @@ pub(crate) trait Driver: Sized + 'static {
     type Qp: Send + Sync;
     /// Per-MR data.
     type Mr: Send + Sync;
+    /// Per-SRQ data.
+    type Srq: Send + Sync;
 
     /// The `rdma_driver_id` the device is registered with.
     const DRIVER_ID: ffi::rdma_driver_id;
@@ -100,6 +102,13 @@ impl<T: crate::iw::IwCm> Device<T> {
         // SAFETY: `raw` is a fresh, zeroed, suitably aligned allocation of
         // `size_of::<Self>()` bytes; `data` is written before anyone reads it.
         unsafe { ptr::addr_of_mut!((*raw.as_ptr()).data).write(data) };
+        // The legacy post commands are off by default; processes use them
+        // (with no work requests) as the doorbells of their rings.
+        // SAFETY: the device is ours alone until registered.
+        unsafe {
+            (*raw.as_ptr().cast::<ffi::ib_device>()).uverbs_cmd_mask |=
+                (1u64 << ffi::IB_USER_VERBS_CMD_POST_SEND) | (1u64 << ffi::IB_USER_VERBS_CMD_POST_RECV);
+        }
 
         let mut ops = ffi::ib_device_ops {
             owner: module.as_ptr().cast(),
@@ -114,7 +123,7 @@ impl<T: crate::iw::IwCm> Device<T> {
         };
         crate::verbs::install::<T>(&mut ops);
         crate::iw::install::<T>(&mut ops);
-        unsupported::install(&mut ops);
+        crate::uverbs::install(&mut ops);
         // SAFETY: `raw` is a valid `ib_device`; the core copies `ops`, so a
         // stack value is fine. From here on `ib_dealloc_device` runs
         // `dealloc_driver_cb`, which drops `data`.
@@ -401,27 +410,4 @@ unsafe extern "C" fn dealloc_driver_cb<T: Driver>(ib: *mut ffi::ib_device) {
     T::dealloc(dev);
     // SAFETY: nothing uses the data after `dealloc`; it is dropped once.
     unsafe { ptr::drop_in_place(ptr::addr_of_mut!((*ib.cast::<Device<T>>()).data)) };
-}
-
-/// The verbs the RDMA core requires (`ib_device_check_mandatory`) that
-/// siw_rs does not implement yet: each fails with `-EOPNOTSUPP`.
-mod unsupported {
-    use super::ffi;
-    use kernel::ffi::c_int;
-
-    unsafe extern "C" fn reg_user_mr(
-        _: *mut ffi::ib_pd,
-        _: u64,
-        _: u64,
-        _: u64,
-        _: c_int,
-        _: *mut ffi::ib_udata,
-    ) -> *mut ffi::ib_mr {
-        crate::verbs::eopnotsupp().to_ptr()
-    }
-
-    /// Fills the mandatory-but-unimplemented entries of `ops`.
-    pub(super) fn install(ops: &mut ffi::ib_device_ops) {
-        ops.reg_user_mr = Some(reg_user_mr);
-    }
 }

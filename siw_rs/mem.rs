@@ -17,6 +17,7 @@
 use crate::{
     limits::{MAX_FAST_REG_PAGES, MAX_MR},
     sync::{new_irq_spinlock, IrqSpinLock},
+    uverbs::Umem,
     verbs::Access,
 };
 use kernel::{prelude::*, sync::Arc};
@@ -56,6 +57,39 @@ enum Kind {
         /// Page size of `pages`.
         page_size: u32,
     },
+    /// A process's region (`reg_user_mr`): `len` bytes at `iova`, in the
+    /// pinned pages of `umem` (one per `PAGE_SIZE`, the first holding
+    /// `iova`'s page offset). Unpinned when the region's last reference
+    /// goes.
+    User { umem: Umem, iova: u64, len: u64 },
+}
+
+/// The pages and range a paged region resolves addresses with.
+struct Paged<'a> {
+    pages: &'a [u64],
+    iova: u64,
+    len: u64,
+    page_size: u64,
+}
+
+impl Kind {
+    fn paged(&self) -> Option<Paged<'_>> {
+        match self {
+            Kind::Dma => None,
+            Kind::Fast { pages, npages, iova, len, page_size } => Some(Paged {
+                pages: pages.get(..*npages).unwrap_or(&[]),
+                iova: *iova,
+                len: *len,
+                page_size: u64::from(*page_size),
+            }),
+            Kind::User { umem, iova, len } => Some(Paged {
+                pages: umem.pages(),
+                iova: *iova,
+                len: *len,
+                page_size: kernel::page::PAGE_SIZE as u64,
+            }),
+        }
+    }
 }
 
 struct State {
@@ -99,12 +133,12 @@ impl Mem {
         if !s.access.allows(rights) {
             return Err(AccessError::Rights);
         }
-        match &s.kind {
-            Kind::Dma => Ok(()),
-            Kind::Fast { iova, len: rlen, .. } => {
+        match s.kind.paged() {
+            None => Ok(()),
+            Some(p) => {
                 let end = addr.checked_add(len).ok_or(AccessError::Bounds)?;
-                let rend = iova.checked_add(*rlen).ok_or(AccessError::Bounds)?;
-                if addr < *iova || end > rend {
+                let rend = p.iova.checked_add(p.len).ok_or(AccessError::Bounds)?;
+                if addr < p.iova || end > rend {
                     Err(AccessError::Bounds)
                 } else {
                     Ok(())
@@ -115,10 +149,10 @@ impl Mem {
 
     /// The most ranges [`Mem::translate`] can produce for `len` bytes.
     pub(crate) fn max_ranges(&self, len: u64) -> usize {
-        match &self.state.lock().kind {
-            Kind::Dma => 1,
-            Kind::Fast { page_size, .. } => {
-                let ps = u64::from(*page_size).max(1);
+        match self.state.lock().kind.paged() {
+            None => 1,
+            Some(p) => {
+                let ps = p.page_size.max(1);
                 usize::try_from(len.checked_div(ps).unwrap_or(0).saturating_add(2)).unwrap_or(usize::MAX)
             }
         }
@@ -129,26 +163,22 @@ impl Mem {
     /// Fails with `Bounds` if a range cannot be resolved.
     pub(crate) fn translate(&self, addr: u64, len: u64, mut f: impl FnMut(u64, usize)) -> Result<(), AccessError> {
         let s = self.state.lock();
-        match &s.kind {
-            Kind::Dma => {
+        match s.kind.paged() {
+            None => {
                 let n = usize::try_from(len).map_err(|_| AccessError::Bounds)?;
                 f(addr, n);
                 Ok(())
             }
-            Kind::Fast { pages, npages, iova, page_size, .. } => {
-                let ps = u64::from(*page_size);
+            Some(Paged { pages, iova, page_size: ps, .. }) => {
                 if ps == 0 {
                     return Err(AccessError::Bounds);
                 }
                 // The first page starts at the page-aligned IOVA.
-                let base = *iova & !(ps - 1);
+                let base = iova & !(ps - 1);
                 let mut off = addr.checked_sub(base).ok_or(AccessError::Bounds)?;
                 let mut left = len;
                 while left > 0 {
                     let idx = usize::try_from(off.checked_div(ps).ok_or(AccessError::Bounds)?).map_err(|_| AccessError::Bounds)?;
-                    if idx >= *npages {
-                        return Err(AccessError::Bounds);
-                    }
                     let in_page = off.checked_rem(ps).ok_or(AccessError::Bounds)?;
                     let page = *pages.get(idx).ok_or(AccessError::Bounds)?;
                     let n = left.min(ps - in_page);
@@ -178,7 +208,7 @@ impl Mem {
                 *npages += 1;
                 Ok(())
             }
-            Kind::Dma => Err(EINVAL),
+            Kind::Dma | Kind::User { .. } => Err(EINVAL),
         }
     }
 
@@ -200,7 +230,7 @@ impl Mem {
                 *l = len;
                 *p = page_size;
             }
-            Kind::Dma => return Err(AccessError::InvalidStag),
+            Kind::Dma | Kind::User { .. } => return Err(AccessError::InvalidStag),
         }
         s.key = key;
         s.access = access;
@@ -271,12 +301,17 @@ pub(crate) enum NewMem {
     Dma(Access),
     /// A fast-registration region with room for that many pages.
     Fast(u32),
+    /// A user region (`reg_user_mr`): `len` bytes at `iova`, which has the
+    /// same offset in its page as the pinned memory's first byte, valid at
+    /// once with `access`.
+    User { umem: Umem, iova: u64, len: u64, access: Access },
 }
 
 /// Creates a region in `pd` and enters it in `table`.
 pub(crate) fn create(table: &Stags, pd: usize, how: NewMem) -> Result<Arc<Mem>> {
     let (valid, access, kind) = match how {
         NewMem::Dma(a) => (true, a, Kind::Dma),
+        NewMem::User { umem, iova, len, access } => (true, access, Kind::User { umem, iova, len }),
         NewMem::Fast(n) => {
             if n == 0 || n > MAX_FAST_REG_PAGES {
                 return Err(EINVAL);

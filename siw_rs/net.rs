@@ -65,6 +65,19 @@ impl SockAddr {
         }
     }
 
+    /// Whether the address is the wildcard (`INADDR_ANY`, `in6addr_any`).
+    pub(crate) fn is_wildcard(&self) -> bool {
+        // SAFETY: the storage is plain bytes of its own size.
+        let b: &[u8] = unsafe { core::slice::from_raw_parts(self.as_ptr().cast::<u8>(), mem::size_of_val(&self.0)) };
+        let addr = match self.family() {
+            // `sin_addr` and `sin6_addr` (struct sockaddr_in/_in6).
+            ffi::AF_INET => b.get(4..8),
+            ffi::AF_INET6 => b.get(8..24),
+            _ => None,
+        };
+        addr.is_some_and(|a| a.iter().all(|&x| x == 0))
+    }
+
     fn as_mut_ptr(&mut self) -> *mut ffi::sockaddr {
         ptr::from_mut(&mut self.0).cast()
     }
@@ -141,6 +154,12 @@ impl Socket {
         let len = addr.len()?;
         // SAFETY: a live socket and a valid address of `len` bytes.
         to_result(unsafe { ffi::kernel_bind(self.sock.as_ptr(), addr.as_ptr(), len) })
+    }
+
+    /// Accepts only traffic of interface `ifindex` (`SO_BINDTODEVICE`).
+    pub(crate) fn bind_to_device(&self, ifindex: i32) -> Result {
+        // SAFETY: a live socket; the call takes the socket lock itself.
+        to_result(unsafe { ffi::sock_bindtoindex(self.sk(), ifindex, true) })
     }
 
     /// Starts listening.

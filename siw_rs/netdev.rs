@@ -49,6 +49,11 @@ impl NetDevice {
         unsafe { ffi::siw_rs_h_netif_carrier_ok(self.as_raw()) }
     }
 
+    /// The interface index.
+    pub(crate) fn ifindex(&self) -> i32 {
+        self.raw().ifindex
+    }
+
     /// The MTU in bytes.
     pub(crate) fn mtu(&self) -> u32 {
         self.raw().mtu

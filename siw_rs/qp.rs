@@ -39,7 +39,15 @@ use crate::{
     },
 };
 use crate::conn::Conn;
-use core::ptr::NonNull;
+use crate::{
+    ffi,
+    uverbs::{Ctrl, Ucontext, UserRing, RQE_WORDS, SQE_WORDS},
+    uwqe,
+};
+use core::{
+    ptr::NonNull,
+    sync::atomic::{fence, Ordering},
+};
 use kernel::{
     new_condvar,
     prelude::*,
@@ -85,8 +93,11 @@ pub(crate) struct SendWqe {
     pub(crate) fence: bool,
     pub(crate) sges: [Sge; NSGE],
     pub(crate) nsge: u8,
-    /// Total bytes of `sges`.
+    /// Total bytes of `sges` (or of `inline`).
     pub(crate) len: u32,
+    /// Payload copied at post time (a process's inline send); replaces
+    /// `sges`.
+    pub(crate) inline: Option<KBox<uwqe::Inline>>,
 }
 
 /// A receive work queue element.
@@ -98,14 +109,15 @@ pub(crate) struct RecvWqe {
 }
 
 /// A fixed-capacity FIFO, preallocated so posting never allocates.
-struct Fifo<T> {
+pub(crate) struct Fifo<T> {
     slots: KVVec<Option<T>>,
     head: usize,
-    len: usize,
+    /// Entries held.
+    pub(crate) len: usize,
 }
 
 impl<T> Fifo<T> {
-    fn new(n: u32) -> Result<Self> {
+    pub(crate) fn new(n: u32) -> Result<Self> {
         let n = usize::try_from(n).map_err(|_| EINVAL)?;
         let mut slots = KVVec::with_capacity(n, GFP_KERNEL)?;
         for _ in 0..n {
@@ -114,7 +126,12 @@ impl<T> Fifo<T> {
         Ok(Fifo { slots, head: 0, len: 0 })
     }
 
-    fn push(&mut self, v: T) -> Result {
+    /// Entries it can hold.
+    pub(crate) fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub(crate) fn push(&mut self, v: T) -> Result {
         let cap = self.slots.len();
         if self.len >= cap {
             return Err(ENOMEM);
@@ -128,7 +145,7 @@ impl<T> Fifo<T> {
         Ok(())
     }
 
-    fn pop(&mut self) -> Option<T> {
+    pub(crate) fn pop(&mut self) -> Option<T> {
         if self.len == 0 {
             return None;
         }
@@ -158,6 +175,34 @@ struct Inner {
     conn: Option<Arc<Conn>>,
     /// References the iWARP CM holds (`iw_add_ref`).
     cm_refs: u32,
+    /// With an SRQ: the entry taken for the message being received.
+    claimed: Option<RecvWqe>,
+    /// A process's QP: the next entries to take from its send and receive
+    /// rings (the kernel's own consumer indices).
+    sq_next: u32,
+    rq_next: u32,
+}
+
+/// The rings of a process's QP (uapi/siw_rs-abi.h). Entries are taken
+/// into the QP's own queues, which stay the only place the data path looks.
+struct UserQueues {
+    sq: UserRing,
+    /// None with an SRQ.
+    rq: Option<UserRing>,
+}
+
+impl UserQueues {
+    /// Sets (`on`) or clears a `SIW_RS_KF_*` bit in every ring's flags.
+    fn kflag(&self, bit: u32, on: bool) {
+        for r in [Some(&self.sq), self.rq.as_ref()].into_iter().flatten() {
+            let kf = r.ctrl(Ctrl::Kflags);
+            if on {
+                kf.fetch_or(bit, Ordering::AcqRel);
+            } else {
+                kf.fetch_and(!bit, Ordering::AcqRel);
+            }
+        }
+    }
 }
 
 /// A QP's state (`<SiwRs as Driver>::Qp` is an `Arc` of it).
@@ -168,6 +213,8 @@ pub(crate) struct QpCore {
     has_srq: bool,
     /// The device's STag table, for registrations and access checks.
     stags: Arc<Stags>,
+    /// The rings of a process's QP.
+    user: Option<UserQueues>,
     #[pin]
     inner: IrqSpinLock<Inner>,
     /// Signalled when the connection unlinks itself or a CM reference goes.
@@ -175,7 +222,7 @@ pub(crate) struct QpCore {
     idle: CondVar,
 }
 
-fn check_caps(c: &QpCaps, has_srq: bool) -> Result {
+fn check_caps(c: &QpCaps, has_srq: bool, max_inline: u32) -> Result {
     let wr_ok = |n: u32| n <= MAX_QP_WR;
     if c.max_send_wr == 0 || !wr_ok(c.max_send_wr) || !wr_ok(c.max_recv_wr) {
         return Err(EINVAL);
@@ -186,9 +233,7 @@ fn check_caps(c: &QpCaps, has_srq: bool) -> Result {
     if c.max_send_sge > MAX_SGE || c.max_recv_sge > MAX_SGE {
         return Err(EINVAL);
     }
-    if c.max_inline_data > 0 {
-        // Inline sends are not implemented yet; say so instead of
-        // pretending.
+    if c.max_inline_data > max_inline {
         return Err(EINVAL);
     }
     Ok(())
@@ -197,20 +242,42 @@ fn check_caps(c: &QpCaps, has_srq: bool) -> Result {
 impl QpCore {
     /// Creates a QP's state for `attr`, adjusting `attr.caps` to what it
     /// provides.
-    pub(crate) fn new(attr: &mut QpInitAttr, stags: Arc<Stags>) -> Result<Arc<Self>> {
+    pub(crate) fn new(attr: &mut QpInitAttr, stags: Arc<Stags>, uctx: Option<&Ucontext>) -> Result<Arc<Self>> {
         if !attr.rc {
             return Err(EOPNOTSUPP_ERR());
         }
         if attr.create_flags != 0 {
             return Err(EINVAL);
         }
-        if attr.has_srq {
-            // Shared receive queues come with the SRQ verbs.
-            return Err(EOPNOTSUPP_ERR());
+        // Inline data is offered to processes (copied out of their ring);
+        // kernel consumers have no use for it.
+        let max_inline = if uctx.is_some() { uwqe::MAX_INLINE } else { 0 };
+        check_caps(&attr.caps, attr.has_srq, max_inline)?;
+        if uctx.is_some() {
+            attr.caps.max_inline_data = max_inline;
         }
-        check_caps(&attr.caps, attr.has_srq)?;
         attr.caps.max_send_sge = attr.caps.max_send_sge.max(1);
         attr.caps.max_recv_sge = attr.caps.max_recv_sge.max(1);
+        let user = match uctx {
+            None => None,
+            Some(uctx) => {
+                // Ring sizes are powers of two; the QP's own queues match
+                // them, so a ring's entries always fit once taken.
+                let pow2 = |n: u32| n.max(1).checked_next_power_of_two().filter(|&p| p <= MAX_QP_WR).ok_or(EINVAL);
+                attr.caps.max_send_wr = pow2(attr.caps.max_send_wr)?;
+                let sq = UserRing::new(uctx, attr.caps.max_send_wr, SQE_WORDS)?;
+                let rq = if attr.has_srq {
+                    attr.caps.max_recv_wr = 0;
+                    None
+                } else {
+                    attr.caps.max_recv_wr = pow2(attr.caps.max_recv_wr)?;
+                    Some(UserRing::new(uctx, attr.caps.max_recv_wr, RQE_WORDS)?)
+                };
+                // Nothing is being processed: the first post rings.
+                sq.ctrl(Ctrl::Kflags).store(ffi::SIW_RS_KF_SQ_IDLE, Ordering::Release);
+                Some(UserQueues { sq, rq })
+            }
+        };
         let inner = Inner {
             state: QpState::Reset,
             access: Access::default(),
@@ -223,6 +290,9 @@ impl QpCore {
             inbound: Fifo::new(MAX_IRD)?,
             conn: None,
             cm_refs: 0,
+            claimed: None,
+            sq_next: 0,
+            rq_next: 0,
         };
         Arc::pin_init(
             pin_init!(QpCore {
@@ -230,11 +300,30 @@ impl QpCore {
                 sig_all: attr.sig_all,
                 has_srq: attr.has_srq,
                 stags,
+                user,
                 inner <- new_irq_spinlock!(inner, "siw_rs_qp"),
                 idle <- new_condvar!("siw_rs_qp_idle"),
             }),
             GFP_KERNEL,
         )
+    }
+}
+
+impl QpCore {
+    /// For a process's QP, the create response: the rings' mmap keys and
+    /// lengths and their sizes.
+    pub(crate) fn user_resp(&self) -> Option<ffi::siw_rs_uresp_create_qp> {
+        let u = self.user.as_ref()?;
+        Some(ffi::siw_rs_uresp_create_qp {
+            sq_key: u.sq.key(),
+            sq_bytes: u.sq.bytes(),
+            rq_key: u.rq.as_ref().map_or(0, UserRing::key),
+            rq_bytes: u.rq.as_ref().map_or(0, UserRing::bytes),
+            qp_id: 0,
+            num_sqe: u.sq.entries(),
+            num_rqe: u.rq.as_ref().map_or(0, UserRing::entries),
+            max_inline: uwqe::MAX_INLINE,
+        })
     }
 }
 
@@ -272,30 +361,193 @@ impl Wakes {
     }
 }
 
+/// A completion without data: a flushed or refused work request.
+fn failed(qp: &Qp<SiwRs>, wr_id: u64, opcode: WcOpcode, status: WcStatus) -> Wc {
+    Wc { wr_id, status, opcode, byte_len: 0, qp: qp.id(), qp_num: qp.qp_num(), imm: None, invalidated: None }
+}
+
+fn fail_send(qp: &Qp<SiwRs>, wr_id: u64, opcode: WcOpcode, status: WcStatus, wakes: &mut Wakes) {
+    Wakes::merge(&mut wakes.send, cq::push(qp.send_cq(), failed(qp, wr_id, opcode, status), false));
+}
+
+fn fail_recv(qp: &Qp<SiwRs>, wr_id: u64, status: WcStatus, wakes: &mut Wakes) {
+    Wakes::merge(&mut wakes.recv, cq::push(qp.recv_cq(), failed(qp, wr_id, WcOpcode::Recv, status), false));
+}
+
 fn flush_send(qp: &Qp<SiwRs>, wqe: &SendWqe, wakes: &mut Wakes) {
-    let wc = Wc {
-        wr_id: wqe.wr_id,
-        status: WcStatus::WrFlushErr,
-        opcode: wqe.op.wc_opcode(),
-        byte_len: 0,
-        qp: qp.id(),
-        imm: None,
-        invalidated: None,
-    };
-    Wakes::merge(&mut wakes.send, cq::push(qp.send_cq(), wc, false));
+    fail_send(qp, wqe.wr_id, wqe.op.wc_opcode(), WcStatus::WrFlushErr, wakes);
 }
 
 fn flush_recv(qp: &Qp<SiwRs>, wqe: &RecvWqe, wakes: &mut Wakes) {
-    let wc = Wc {
-        wr_id: wqe.wr_id,
-        status: WcStatus::WrFlushErr,
-        opcode: WcOpcode::Recv,
-        byte_len: 0,
-        qp: qp.id(),
-        imm: None,
-        invalidated: None,
+    fail_recv(qp, wqe.wr_id, WcStatus::WrFlushErr, wakes);
+}
+
+/// The entries a process has posted to `ring` beyond `next`; `None` if
+/// its producer index is garbage (more than the ring holds).
+pub(crate) fn ring_avail(ring: &UserRing, next: u32) -> Option<u32> {
+    let n = ring.ctrl(Ctrl::Prod).load(Ordering::Acquire).wrapping_sub(next);
+    (n <= ring.entries()).then_some(n)
+}
+
+/// Takes one entry of a process's ring (the kernel's index advances and
+/// the slot is given back to the process).
+pub(crate) fn take_entry<const W: usize>(ring: &UserRing, next: &mut u32) -> [u64; W] {
+    let mut w = [0u64; W];
+    ring.read(*next, &mut w);
+    *next = next.wrapping_add(1);
+    ring.ctrl(Ctrl::Cons).store(*next, Ordering::Release);
+    w
+}
+
+/// A process wrote an entry that cannot be executed, or a garbage ring
+/// index: the request fails and the QP goes to ERROR. Only this QP.
+fn user_fault(qp: &Qp<SiwRs>, inner: &mut Inner, wakes: &mut Wakes) {
+    if inner.state != QpState::Err {
+        enter_error(qp, inner, wakes);
+    }
+}
+
+/// Takes the entries of a process's send ring into the send queue (in RTS)
+/// or flushes them (in ERROR); in other states they wait in the ring.
+fn pull_sq(qp: &Qp<SiwRs>, inner: &mut Inner, wakes: &mut Wakes) {
+    let core = qp.data();
+    let Some(u) = &core.user else { return };
+    if !matches!(inner.state, QpState::Rts | QpState::Err) {
+        return;
+    }
+    let Some(mut avail) = ring_avail(&u.sq, inner.sq_next) else {
+        return user_fault(qp, inner, wakes);
     };
-    Wakes::merge(&mut wakes.recv, cq::push(qp.recv_cq(), wc, false));
+    while avail > 0 && inner.sq.len < inner.sq.slots.len() {
+        avail -= 1;
+        let w = take_entry::<SQE_WORDS>(&u.sq, &mut inner.sq_next);
+        if inner.state == QpState::Err {
+            fail_send(qp, w[0], uwqe::send_wc_opcode(&w), WcStatus::WrFlushErr, wakes);
+            continue;
+        }
+        let wqe = uwqe::decode_send(&w).map_err(|_| EINVAL).and_then(|d| {
+            let wr = SendWr { wr_id: d.wr_id, op: d.op, flags: d.flags, sges: d.sges.get(..d.nsge).unwrap_or(&[]) };
+            let mut wqe = make_wqe(core, &wr)?;
+            if let Some((data, len)) = d.inline {
+                wqe.len = len;
+                wqe.inline = Some(data);
+            }
+            Ok(wqe)
+        });
+        match wqe {
+            Ok(wqe) => {
+                let _ = inner.sq.push(wqe);
+            }
+            Err(_) => {
+                fail_send(qp, w[0], uwqe::send_wc_opcode(&w), WcStatus::LocQpOpErr, wakes);
+                return user_fault(qp, inner, wakes);
+            }
+        }
+    }
+}
+
+/// Takes the entries of a process's receive ring into the receive queue
+/// (in IDLE/RTS), or flushes them (in ERROR).
+fn pull_rq(qp: &Qp<SiwRs>, inner: &mut Inner, wakes: &mut Wakes) {
+    let core = qp.data();
+    let Some(rq) = core.user.as_ref().and_then(|u| u.rq.as_ref()) else { return };
+    let Some(mut avail) = ring_avail(rq, inner.rq_next) else {
+        return user_fault(qp, inner, wakes);
+    };
+    while avail > 0 && inner.rq.len < inner.rq.slots.len() {
+        avail -= 1;
+        let w = take_entry::<RQE_WORDS>(rq, &mut inner.rq_next);
+        if inner.state == QpState::Err {
+            fail_recv(qp, w[0], WcStatus::WrFlushErr, wakes);
+            continue;
+        }
+        let wqe = uwqe::decode_recv(&w).map_err(|_| EINVAL).and_then(|(wr_id, sges, n)| {
+            let (sges, nsge, len) = take_sges(sges.get(..n).unwrap_or(&[]), core.caps.max_recv_sge)?;
+            Ok(RecvWqe { wr_id, sges, nsge, len })
+        });
+        match wqe {
+            Ok(wqe) => {
+                let _ = inner.rq.push(wqe);
+            }
+            Err(_) => {
+                fail_recv(qp, w[0], WcStatus::LocQpOpErr, wakes);
+                return user_fault(qp, inner, wakes);
+            }
+        }
+    }
+}
+
+/// On entering ERROR: tells the process (it must ring the doorbell after
+/// posting, so new entries get flushed) and flushes what its rings hold.
+fn drain_user(qp: &Qp<SiwRs>, inner: &mut Inner, wakes: &mut Wakes) {
+    let Some(u) = &qp.data().user else { return };
+    u.kflag(ffi::SIW_RS_KF_ERROR, true);
+    // Bounded: each pass takes at most a ring's worth.
+    if let Some(n) = ring_avail(&u.sq, inner.sq_next) {
+        for _ in 0..n {
+            let w = take_entry::<SQE_WORDS>(&u.sq, &mut inner.sq_next);
+            fail_send(qp, w[0], uwqe::send_wc_opcode(&w), WcStatus::WrFlushErr, wakes);
+        }
+    }
+    if let Some(rq) = &u.rq {
+        if let Some(n) = ring_avail(rq, inner.rq_next) {
+            for _ in 0..n {
+                let w = take_entry::<RQE_WORDS>(rq, &mut inner.rq_next);
+                fail_recv(qp, w[0], WcStatus::WrFlushErr, wakes);
+            }
+        }
+    }
+}
+
+/// The doorbell of a process's send queue (`post_send` without work
+/// requests): take what it posted and start transmitting.
+pub(crate) fn sq_doorbell(qp: &Qp<SiwRs>) {
+    let Some(u) = &qp.data().user else { return };
+    let mut wakes = Wakes::none();
+    let conn = {
+        let mut inner = qp.data().inner.lock();
+        u.sq.ctrl(Ctrl::Kflags).fetch_and(!ffi::SIW_RS_KF_SQ_IDLE, Ordering::AcqRel);
+        pull_sq(qp, &mut inner, &mut wakes);
+        if inner.state == QpState::Rts { inner.conn.clone() } else { None }
+    };
+    wakes.run(qp);
+    match conn {
+        Some(c) => c.kick(),
+        // Nothing will process the queue until the QP is connected; the
+        // next post rings again.
+        None => {
+            u.sq.ctrl(Ctrl::Kflags).fetch_or(ffi::SIW_RS_KF_SQ_IDLE, Ordering::AcqRel);
+        }
+    }
+}
+
+/// The doorbell of a process's receive queue (`post_recv` without work
+/// requests): only needed in ERROR, to flush what it posted.
+pub(crate) fn rq_doorbell(qp: &Qp<SiwRs>) {
+    let mut wakes = Wakes::none();
+    {
+        let mut inner = qp.data().inner.lock();
+        if inner.state == QpState::Err {
+            pull_rq(qp, &mut inner, &mut wakes);
+        }
+    }
+    wakes.run(qp);
+}
+
+/// Whether a process's send ring is empty; if so, marks the kernel idle so
+/// the next post rings the doorbell. The flag is set before the final look
+/// at the ring, with a full fence on both sides (the process fences between
+/// its producer store and its flag load), so a post is never missed.
+fn sq_idle(qp: &Qp<SiwRs>, inner: &Inner) -> bool {
+    let Some(u) = &qp.data().user else { return true };
+    let kf = u.sq.ctrl(Ctrl::Kflags);
+    kf.fetch_or(ffi::SIW_RS_KF_SQ_IDLE, Ordering::AcqRel);
+    fence(Ordering::SeqCst);
+    if ring_avail(&u.sq, inner.sq_next) == Some(0) {
+        return true;
+    }
+    kf.fetch_and(!ffi::SIW_RS_KF_SQ_IDLE, Ordering::AcqRel);
+    false
 }
 
 /// Moves the QP to ERROR under its lock and flushes both queues in order.
@@ -312,6 +564,10 @@ fn enter_error(qp: &Qp<SiwRs>, inner: &mut Inner, wakes: &mut Wakes) {
     while let Some(w) = inner.rq.pop() {
         flush_recv(qp, &w, wakes);
     }
+    if let Some(w) = inner.claimed.take() {
+        flush_recv(qp, &w, wakes);
+    }
+    drain_user(qp, inner, wakes);
 }
 
 /// Whether the consumer may move a QP from `from` to `to` (the connection
@@ -381,6 +637,9 @@ pub(crate) fn modify(qp: &Qp<SiwRs>, m: &QpModify) -> Result {
             QpState::Reset if inner.state == QpState::Err => {
                 // Both queues were flushed on entering ERROR.
                 inner.state = QpState::Reset;
+                if let Some(u) = &core.user {
+                    u.kflag(ffi::SIW_RS_KF_ERROR, false);
+                }
             }
             s => inner.state = s,
         }
@@ -411,7 +670,7 @@ pub(crate) fn query(qp: &Qp<SiwRs>) -> QpQuery {
 
 /// Copies `sges` into a WQE array; `EINVAL` beyond `max` elements or if the
 /// total length overflows.
-fn take_sges(sges: &[Sge], max: u32) -> Result<([Sge; NSGE], u8, u32)> {
+pub(crate) fn take_sges(sges: &[Sge], max: u32) -> Result<([Sge; NSGE], u8, u32)> {
     let max = usize::try_from(max).unwrap_or(0).min(NSGE);
     if sges.len() > max {
         return Err(EINVAL);
@@ -425,9 +684,8 @@ fn take_sges(sges: &[Sge], max: u32) -> Result<([Sge; NSGE], u8, u32)> {
     Ok((out, sges.len() as u8, total))
 }
 
-/// `post_send`: one work request.
-pub(crate) fn post_send(qp: &Qp<SiwRs>, wr: &SendWr<'_, SiwRs>) -> Result {
-    let core = qp.data();
+/// Checks a send work request and turns it into a WQE.
+fn make_wqe(core: &QpCore, wr: &SendWr<'_, SiwRs>) -> Result<SendWqe> {
     if wr.flags.inline {
         return Err(EINVAL);
     }
@@ -453,7 +711,7 @@ pub(crate) fn post_send(qp: &Qp<SiwRs>, wr: &SendWr<'_, SiwRs>) -> Result {
             WqeOp::RegMr { mem: mr.data().mem.clone(), key, access, iova, len, page_size }
         }
     };
-    let wqe = SendWqe {
+    Ok(SendWqe {
         wr_id: wr.wr_id,
         op,
         signaled: wr.flags.signaled || core.sig_all,
@@ -462,7 +720,18 @@ pub(crate) fn post_send(qp: &Qp<SiwRs>, wr: &SendWr<'_, SiwRs>) -> Result {
         sges,
         nsge,
         len,
-    };
+        inline: None,
+    })
+}
+
+/// `post_send`: one work request.
+pub(crate) fn post_send(qp: &Qp<SiwRs>, wr: &SendWr<'_, SiwRs>) -> Result {
+    let core = qp.data();
+    if core.user.is_some() {
+        // A process posts through its ring.
+        return Err(EINVAL);
+    }
+    let wqe = make_wqe(core, wr)?;
     let mut wakes = Wakes::none();
     let res = {
         let mut inner = core.inner.lock();
@@ -485,7 +754,7 @@ pub(crate) fn post_send(qp: &Qp<SiwRs>, wr: &SendWr<'_, SiwRs>) -> Result {
 /// `post_recv`: one work request.
 pub(crate) fn post_recv(qp: &Qp<SiwRs>, wr: &RecvWr<'_>) -> Result {
     let core = qp.data();
-    if core.has_srq {
+    if core.has_srq || core.user.is_some() {
         return Err(EINVAL);
     }
     let (sges, nsge, len) = take_sges(wr.sges, core.caps.max_recv_sge)?;
@@ -604,12 +873,25 @@ fn is_read(op: &WqeOp) -> bool {
 /// The next job, while in RTS: Read Responses first, then the send queue
 /// in order, honouring the fence bit and the ORD.
 pub(crate) fn next_job(qp: &Qp<SiwRs>) -> Option<Job> {
+    let mut wakes = Wakes::none();
+    let job = next_job_locked(qp, &mut wakes);
+    wakes.run(qp);
+    job
+}
+
+fn next_job_locked(qp: &Qp<SiwRs>, wakes: &mut Wakes) -> Option<Job> {
     let mut inner = qp.data().inner.lock();
     if inner.state != QpState::Rts {
         return None;
     }
     if let Some(j) = inner.inbound.pop() {
         return Some(Job::Response(j));
+    }
+    if inner.sq.len == 0 {
+        pull_sq(qp, &mut inner, wakes);
+        while inner.sq.len == 0 && inner.state == QpState::Rts && !sq_idle(qp, &inner) {
+            pull_sq(qp, &mut inner, wakes);
+        }
     }
     let (fence, read) = {
         let head = inner.sq.slots.get(inner.sq.head).and_then(|s| s.as_ref());
@@ -744,11 +1026,7 @@ pub(crate) fn complete_send(qp: &Qp<SiwRs>, w: SendWqe, status: WcStatus) {
     let mut wakes = Wakes::none();
     {
         let mut inner = qp.data().inner.lock();
-        let status = if status == WcStatus::Success && inner.state == QpState::Err {
-            WcStatus::WrFlushErr
-        } else {
-            status
-        };
+        let status = effective_status(&inner, status);
         if w.signaled || status != WcStatus::Success {
             let wc = Wc {
                 wr_id: w.wr_id,
@@ -756,17 +1034,32 @@ pub(crate) fn complete_send(qp: &Qp<SiwRs>, w: SendWqe, status: WcStatus) {
                 opcode: w.op.wc_opcode(),
                 byte_len: w.len,
                 qp: qp.id(),
+                qp_num: qp.qp_num(),
                 imm: None,
                 invalidated: None,
             };
             Wakes::merge(&mut wakes.send, cq::push(qp.send_cq(), wc, false));
         }
-        if status != WcStatus::Success && status != WcStatus::WrFlushErr && inner.state != QpState::Err {
-            enter_error(qp, &mut inner, &mut wakes);
-        }
+        error_out(qp, &mut inner, status, &mut wakes);
     }
     drop(w);
     wakes.run(qp);
+}
+
+/// A request that completes after its QP went to ERROR is flushed.
+fn effective_status(inner: &Inner, status: WcStatus) -> WcStatus {
+    if status == WcStatus::Success && inner.state == QpState::Err {
+        WcStatus::WrFlushErr
+    } else {
+        status
+    }
+}
+
+/// A request that failed (other than by a flush) takes the QP to ERROR.
+fn error_out(qp: &Qp<SiwRs>, inner: &mut Inner, status: WcStatus, wakes: &mut Wakes) {
+    if status != WcStatus::Success && status != WcStatus::WrFlushErr && inner.state != QpState::Err {
+        enter_error(qp, inner, wakes);
+    }
 }
 
 /// Executes a local operation (registration, invalidation) at its turn in
@@ -786,6 +1079,17 @@ pub(crate) fn execute_local(qp: &Qp<SiwRs>, w: &SendWqe) -> core::result::Result
 
 /// The length of the receive WQE at the head of the RQ.
 pub(crate) fn peek_recv_len(qp: &Qp<SiwRs>) -> Option<u32> {
+    if let Some(srq) = qp.srq() {
+        return claim_srq(qp, srq);
+    }
+    let mut wakes = Wakes::none();
+    {
+        let mut inner = qp.data().inner.lock();
+        if inner.state == QpState::Rts && inner.rq.len == 0 {
+            pull_rq(qp, &mut inner, &mut wakes);
+        }
+    }
+    wakes.run(qp);
     let inner = qp.data().inner.lock();
     if inner.state != QpState::Rts || inner.rq.len == 0 {
         return None;
@@ -793,11 +1097,43 @@ pub(crate) fn peek_recv_len(qp: &Qp<SiwRs>) -> Option<u32> {
     inner.rq.slots.get(inner.rq.head).and_then(|s| s.as_ref()).map(|w| w.len)
 }
 
-/// Takes the receive WQE at the head of the RQ.
+/// With an SRQ: takes an entry for the next message (once), so that the
+/// length seen now is that of the buffer [`pop_recv`] returns, whatever
+/// other QPs take from the SRQ meanwhile.
+fn claim_srq(qp: &Qp<SiwRs>, srq: &crate::verbs::Srq<SiwRs>) -> Option<u32> {
+    {
+        let inner = qp.data().inner.lock();
+        if inner.state != QpState::Rts {
+            return None;
+        }
+        if let Some(w) = &inner.claimed {
+            return Some(w.len);
+        }
+    }
+    let w = crate::srq::take(srq)?;
+    let len = w.len;
+    let mut wakes = Wakes::none();
+    {
+        let mut inner = qp.data().inner.lock();
+        if inner.state == QpState::Rts {
+            inner.claimed = Some(w);
+        } else {
+            // The QP failed meanwhile: the entry is its own now.
+            flush_recv(qp, &w, &mut wakes);
+        }
+    }
+    wakes.run(qp);
+    Some(len)
+}
+
+/// The receive WQE for a new inbound message (after [`peek_recv_len`]).
 pub(crate) fn pop_recv(qp: &Qp<SiwRs>) -> Option<RecvWqe> {
     let mut inner = qp.data().inner.lock();
     if inner.state != QpState::Rts {
         return None;
+    }
+    if qp.srq().is_some() {
+        return inner.claimed.take();
     }
     inner.rq.pop()
 }
@@ -807,24 +1143,19 @@ pub(crate) fn complete_recv(qp: &Qp<SiwRs>, w: RecvWqe, status: WcStatus, len: u
     let mut wakes = Wakes::none();
     {
         let mut inner = qp.data().inner.lock();
-        let status = if status == WcStatus::Success && inner.state == QpState::Err {
-            WcStatus::WrFlushErr
-        } else {
-            status
-        };
+        let status = effective_status(&inner, status);
         let wc = Wc {
             wr_id: w.wr_id,
             status,
             opcode: WcOpcode::Recv,
             byte_len: len,
             qp: qp.id(),
+            qp_num: qp.qp_num(),
             imm: None,
             invalidated: inv,
         };
         Wakes::merge(&mut wakes.recv, cq::push(qp.recv_cq(), wc, solicited));
-        if status != WcStatus::Success && status != WcStatus::WrFlushErr && inner.state != QpState::Err {
-            enter_error(qp, &mut inner, &mut wakes);
-        }
+        error_out(qp, &mut inner, status, &mut wakes);
     }
     wakes.run(qp);
 }

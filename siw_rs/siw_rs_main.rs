@@ -31,7 +31,10 @@ mod net;
 mod netdev;
 mod qp;
 mod registry;
+mod srq;
 mod sync;
+mod uverbs;
+mod uwqe;
 mod verbs;
 
 module! {
@@ -43,11 +46,22 @@ module! {
 }
 
 /// Module state. Fields drop in declaration order: first the link type (no
-/// new devices), then the notifier, then the devices themselves.
+/// new devices), then the notifier, then the devices themselves, and last
+/// the queue that unpins user memory (drained when dropped).
 struct SiwRsModule {
     _link: Pin<KBox<link::Registration<device::SiwRs>>>,
     _notifier: Pin<KBox<netdev::Notifier<device::SiwRs>>>,
     _devices: Devices,
+    _unpin: Unpinner,
+}
+
+/// Drains the deferred unpinning of user memory on drop.
+struct Unpinner;
+
+impl Drop for Unpinner {
+    fn drop(&mut self) {
+        uverbs::exit();
+    }
 }
 
 /// Unregisters every device on drop.
@@ -61,9 +75,11 @@ impl Drop for Devices {
 
 impl kernel::Module for SiwRsModule {
     fn init(_module: &'static ThisModule) -> Result<Self> {
+        uverbs::init()?;
+        let unpin = Unpinner;
         let notifier = netdev::Notifier::<device::SiwRs>::register()?;
         let link = link::Registration::<device::SiwRs>::register()?;
         pr_info!("soft-iWARP provider loaded (rdma link type siw_rs)\n");
-        Ok(SiwRsModule { _link: link, _notifier: notifier, _devices: Devices })
+        Ok(SiwRsModule { _link: link, _notifier: notifier, _devices: Devices, _unpin: unpin })
     }
 }

@@ -27,6 +27,7 @@
 use crate::{
     ffi,
     ib::{Device, Driver},
+    uverbs::Udata,
 };
 use core::{marker::PhantomData, mem, ptr, ptr::NonNull};
 use kernel::{
@@ -193,6 +194,8 @@ pub(crate) enum WcStatus {
     RemAccessErr = ffi::IB_WC_REM_ACCESS_ERR,
     /// The peer failed the operation.
     RemOpErr = ffi::IB_WC_REM_OP_ERR,
+    /// A malformed work request (from a process's ring).
+    LocQpOpErr = ffi::IB_WC_LOC_QP_OP_ERR,
     /// Any other fatal error.
     GeneralErr = ffi::IB_WC_GENERAL_ERR,
 }
@@ -233,6 +236,8 @@ pub(crate) struct Wc {
     pub(crate) byte_len: u32,
     /// The QP (an identity from [`Qp::id`]).
     pub(crate) qp: usize,
+    /// The QP's number (what a process sees).
+    pub(crate) qp_num: u32,
     /// Immediate data (network order) if `with_imm`.
     pub(crate) imm: Option<u32>,
     /// The STag the peer invalidated, if any.
@@ -247,6 +252,7 @@ impl Wc {
         opcode: WcOpcode::Send,
         byte_len: 0,
         qp: 0,
+        qp_num: 0,
         imm: None,
         invalidated: None,
     };
@@ -404,6 +410,10 @@ pub(crate) enum AsyncEvent {
     QpFatal,
     /// The peer violated an access right.
     QpAccessErr,
+    /// An SRQ's entries fell below its armed limit.
+    SrqLimitReached,
+    /// A process wrote a malformed entry into its SRQ ring.
+    SrqErr,
 }
 
 impl AsyncEvent {
@@ -412,6 +422,8 @@ impl AsyncEvent {
             Self::CqErr => ffi::IB_EVENT_CQ_ERR,
             Self::QpFatal => ffi::IB_EVENT_QP_FATAL,
             Self::QpAccessErr => ffi::IB_EVENT_QP_ACCESS_ERR,
+            Self::SrqLimitReached => ffi::IB_EVENT_SRQ_LIMIT_REACHED,
+            Self::SrqErr => ffi::IB_EVENT_SRQ_ERR,
         }
     }
 }
@@ -506,6 +518,41 @@ core_object!(
     /// A queue pair: the core's `ib_qp` followed by `T::Qp`.
     Qp, ffi::ib_qp, Qp
 );
+core_object!(
+    /// A shared receive queue: the core's `ib_srq` followed by `T::Srq`.
+    Srq, ffi::ib_srq, Srq
+);
+
+impl<T: Driver> Srq<T> {
+    /// Reports an asynchronous SRQ event to the consumer.
+    pub(crate) fn event(&self, ev: AsyncEvent) {
+        let raw = self.as_raw();
+        // SAFETY: the SRQ is live; the core set the handler and context
+        // before calling `create_srq` and does not change them.
+        let (handler, ctx) = unsafe { ((*raw).event_handler, (*raw).srq_context) };
+        if let Some(handler) = handler {
+            let mut e = ffi::ib_event {
+                device: self.device().as_raw(),
+                event: ev.to_raw(),
+                ..Default::default()
+            };
+            e.element.srq = raw;
+            // SAFETY: the handler's contract; `e` lives across the call.
+            unsafe { handler(&mut e, ctx) };
+        }
+    }
+}
+
+/// SRQ sizes (`struct ib_srq_attr`).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct SrqAttr {
+    /// Entries.
+    pub(crate) max_wr: u32,
+    /// SGEs per entry.
+    pub(crate) max_sge: u32,
+    /// The limit event threshold (0: none).
+    pub(crate) limit: u32,
+}
 
 impl<T: Driver> Cq<T> {
     /// Calls the consumer's completion handler (after the driver found the
@@ -542,6 +589,16 @@ impl<T: Driver> Cq<T> {
 }
 
 impl<T: Driver> Qp<T> {
+    /// The SRQ the QP takes its receive buffers from, if any.
+    pub(crate) fn srq(&self) -> Option<&Srq<T>> {
+        // SAFETY: the core set `srq` before create (null without one) and
+        // keeps the SRQ alive while the QP exists; it is an SRQ of this
+        // driver.
+        let raw = unsafe { (*self.as_raw()).srq };
+        // SAFETY: as above.
+        (!raw.is_null()).then(|| unsafe { Srq::<T>::from_raw(raw) })
+    }
+
     /// The QP's send CQ.
     pub(crate) fn send_cq(&self) -> &Cq<T> {
         // SAFETY: the core set `send_cq` before create and keeps the CQ
@@ -639,6 +696,9 @@ pub(crate) enum MrKind {
     /// `alloc_mr(IB_MR_TYPE_MEM_REG)`: a fast-registration MR with room for
     /// that many pages, invalid until registered.
     Fast(u32),
+    /// `reg_user_mr`: pinned user memory, addressed by `iova` in work
+    /// requests and by peers.
+    User { umem: crate::uverbs::Umem, iova: u64, len: u64, access: Access },
 }
 
 /// The verbs callbacks of a driver (the data-path half of [`Driver`]).
@@ -647,8 +707,9 @@ pub(crate) trait Verbs: Driver {
     fn alloc_pd(dev: &Device<Self>, user: bool) -> Result<Self::Pd>;
     /// Called before the PD's data is dropped.
     fn dealloc_pd(pd: &Pd<Self>);
-    /// Creates a CQ's data; may lower or raise `attr.entries`.
-    fn create_cq(dev: &Device<Self>, attr: &mut CqAttr) -> Result<Self::Cq>;
+    /// Creates a CQ's data; may lower or raise `attr.entries`. With
+    /// `udata` the CQ is a process's, and the driver writes its response.
+    fn create_cq(dev: &Device<Self>, attr: &mut CqAttr, udata: Option<&Udata>) -> Result<Self::Cq>;
     /// Fills `sink` with completions; returns how many.
     fn poll_cq(cq: &Cq<Self>, sink: &mut WcSink<'_>);
     /// Arms the CQ; returns `true` if `report_missed` and completions are
@@ -656,7 +717,10 @@ pub(crate) trait Verbs: Driver {
     fn req_notify_cq(cq: &Cq<Self>, how: Notify, report_missed: bool) -> bool;
     /// Creates a QP's data. Sets `attr.caps` to what is provided and
     /// returns the data and the QP number.
-    fn create_qp(pd: &Pd<Self>, attr: &mut QpInitAttr, qp: QpSlot<Self>) -> Result<(Self::Qp, u32)>;
+    /// With `udata` the QP is a process's, and the driver writes its
+    /// response.
+    fn create_qp(pd: &Pd<Self>, attr: &mut QpInitAttr, qp: QpSlot<Self>, udata: Option<&Udata>)
+        -> Result<(Self::Qp, u32)>;
     /// Applies `attr`.
     fn modify_qp(qp: &Qp<Self>, attr: &QpModify) -> Result;
     /// Reports the QP's attributes.
@@ -670,6 +734,21 @@ pub(crate) trait Verbs: Driver {
     fn post_send(qp: &Qp<Self>, wr: &SendWr<'_, Self>) -> Result;
     /// Posts one receive work request.
     fn post_recv(qp: &Qp<Self>, wr: &RecvWr<'_>) -> Result;
+    /// `post_send` without work requests: a process's send doorbell.
+    fn sq_doorbell(qp: &Qp<Self>);
+    /// `post_recv` without work requests: a process's receive doorbell.
+    fn rq_doorbell(qp: &Qp<Self>);
+    /// Creates an SRQ's data; adjusts `attr` to what it provides. With
+    /// `udata` the SRQ is a process's, and the driver writes its response.
+    fn create_srq(pd: &Pd<Self>, attr: &mut SrqAttr, udata: Option<&Udata>) -> Result<Self::Srq>;
+    /// Changes the limit (`max_wr` is `Some` for a resize request).
+    fn modify_srq(srq: &Srq<Self>, max_wr: Option<u32>, limit: Option<u32>) -> Result;
+    /// Reports the SRQ's attributes.
+    fn query_srq(srq: &Srq<Self>) -> SrqAttr;
+    /// Called before the SRQ's data is dropped.
+    fn destroy_srq(srq: &Srq<Self>);
+    /// Posts one receive work request to an SRQ.
+    fn post_srq_recv(srq: &Srq<Self>, wr: &RecvWr<'_>) -> Result;
     /// Creates an MR's data; returns it and its STag (lkey = rkey).
     fn alloc_mr(pd: &Pd<Self>, kind: MrKind) -> Result<(Self::Mr, u32)>;
     /// Starts a new page list for `map_mr_sg`.
@@ -712,6 +791,14 @@ pub(crate) fn install<T: Verbs>(ops: &mut ffi::ib_device_ops) {
     ops.alloc_mr = Some(alloc_mr_cb::<T>);
     ops.map_mr_sg = Some(map_mr_sg_cb::<T>);
     ops.dereg_mr = Some(dereg_mr_cb::<T>);
+    ops.reg_user_mr = Some(reg_user_mr_cb::<T>);
+    ops.create_srq = Some(create_srq_cb::<T>);
+    ops.modify_srq = Some(modify_srq_cb::<T>);
+    ops.query_srq = Some(query_srq_cb::<T>);
+    ops.destroy_srq = Some(destroy_srq_cb::<T>);
+    ops.post_srq_recv = Some(post_srq_recv_cb::<T>);
+    ops.size_ib_srq = mem::size_of::<Srq<T>>();
+    build_assert!(mem::align_of::<Srq<T>>() <= 8);
     ops.size_ib_pd = mem::size_of::<Pd<T>>();
     ops.size_ib_cq = mem::size_of::<Cq<T>>();
     ops.size_ib_qp = mem::size_of::<Qp<T>>();
@@ -753,12 +840,11 @@ unsafe extern "C" fn create_cq_cb<T: Verbs>(
         if a.flags != 0 {
             return Err(eopnotsupp());
         }
-        if !bundle.is_null() {
-            // User CQs come with the uverbs ABI.
-            return Err(eopnotsupp());
-        }
+        // SAFETY: the core passes null (kernel consumers) or the bundle of
+        // the user command, valid for the call.
+        let udata = unsafe { Udata::from_bundle(bundle) };
         let mut cattr = CqAttr { entries: a.cqe };
-        let data = T::create_cq(dev, &mut cattr)?;
+        let data = T::create_cq(dev, &mut cattr, udata.as_ref())?;
         // SAFETY: `cq` is a fresh object of size `size_ib_cq`; `cqe` is ours
         // to set before returning.
         unsafe {
@@ -821,12 +907,10 @@ unsafe extern "C" fn create_qp_cb<T: Verbs>(
             has_srq: !a.srq.is_null(),
             create_flags: a.create_flags,
         };
-        if !udata.is_null() {
-            // User QPs come with the uverbs ABI.
-            return Err(eopnotsupp());
-        }
+        // SAFETY: null for kernel consumers, else the command's udata.
+        let udata = unsafe { Udata::from_raw(udata) };
         let slot = QpSlot { raw: NonNull::new(qp).ok_or(EINVAL)?, _t: PhantomData };
-        let (data, qpn) = T::create_qp(pd, &mut qattr, slot)?;
+        let (data, qpn) = T::create_qp(pd, &mut qattr, slot, udata.as_ref())?;
         qattr.caps.write_to(&mut a.cap);
         // SAFETY: `qp` is a fresh object of size `size_ib_qp`; the QP number
         // is the driver's to set before returning.
@@ -1024,6 +1108,10 @@ unsafe extern "C" fn post_send_cb<T: Verbs>(
 ) -> c_int {
     // SAFETY: by the module invariant.
     let q = unsafe { Qp::<T>::from_raw(qp) };
+    if wr.is_null() {
+        T::sq_doorbell(q);
+        return 0;
+    }
     let mut cur = wr;
     while !cur.is_null() {
         // SAFETY: the consumer passes a valid chain of WRs.
@@ -1048,6 +1136,40 @@ unsafe extern "C" fn post_recv_cb<T: Verbs>(
 ) -> c_int {
     // SAFETY: by the module invariant.
     let q = unsafe { Qp::<T>::from_raw(qp) };
+    if wr.is_null() {
+        T::rq_doorbell(q);
+        return 0;
+    }
+    // SAFETY: the consumer's chain and out-pointer.
+    unsafe { post_recv_chain(wr, bad, |rwr| T::post_recv(q, rwr)) }
+}
+
+unsafe extern "C" fn post_srq_recv_cb<T: Verbs>(
+    srq: *mut ffi::ib_srq,
+    wr: *const ffi::ib_recv_wr,
+    bad: *mut *const ffi::ib_recv_wr,
+) -> c_int {
+    // SAFETY: by the module invariant.
+    let s = unsafe { Srq::<T>::from_raw(srq) };
+    // A process's SRQ ring needs no doorbell.
+    if wr.is_null() {
+        return 0;
+    }
+    // SAFETY: the consumer's chain and out-pointer.
+    unsafe { post_recv_chain(wr, bad, |rwr| T::post_srq_recv(s, rwr)) }
+}
+
+/// Decodes a chain of receive WRs and posts each with `post`; on the first
+/// failure sets `*bad` and returns the error.
+///
+/// # Safety
+///
+/// `wr` must be a valid chain of receive WRs and `bad` null or writable.
+unsafe fn post_recv_chain(
+    wr: *const ffi::ib_recv_wr,
+    bad: *mut *const ffi::ib_recv_wr,
+    mut post: impl FnMut(&RecvWr<'_>) -> Result,
+) -> c_int {
     let mut cur = wr;
     while !cur.is_null() {
         // SAFETY: the consumer passes a valid chain of WRs.
@@ -1060,7 +1182,7 @@ unsafe extern "C" fn post_recv_cb<T: Verbs>(
                 wr_id: unsafe { w.__bindgen_anon_1.wr_id },
                 sges: sges.get(..n).unwrap_or(&[]),
             };
-            T::post_recv(q, &rwr)
+            post(&rwr)
         });
         if let Err(e) = res {
             if !bad.is_null() {
@@ -1071,6 +1193,66 @@ unsafe extern "C" fn post_recv_cb<T: Verbs>(
         }
         cur = w.next;
     }
+    0
+}
+
+unsafe extern "C" fn create_srq_cb<T: Verbs>(
+    srq: *mut ffi::ib_srq,
+    init: *mut ffi::ib_srq_init_attr,
+    udata: *mut ffi::ib_udata,
+) -> c_int {
+    from_result(|| {
+        // SAFETY: the core passes a fresh SRQ with `device` and `pd` set and
+        // a valid, exclusive attribute struct.
+        let (a, pd) = unsafe { (&mut *init, Pd::<T>::from_raw((*srq).pd)) };
+        if a.srq_type != ffi::IB_SRQT_BASIC {
+            return Err(eopnotsupp());
+        }
+        let mut attr = SrqAttr { max_wr: a.attr.max_wr, max_sge: a.attr.max_sge, limit: a.attr.srq_limit };
+        // SAFETY: null for kernel consumers, else the command's udata.
+        let udata = unsafe { Udata::from_raw(udata) };
+        let data = T::create_srq(pd, &mut attr, udata.as_ref())?;
+        a.attr.max_wr = attr.max_wr;
+        a.attr.max_sge = attr.max_sge;
+        // SAFETY: `srq` is a fresh object of size `size_ib_srq`.
+        unsafe { Srq::<T>::init_data(srq, data) };
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn modify_srq_cb<T: Verbs>(
+    srq: *mut ffi::ib_srq,
+    attr: *mut ffi::ib_srq_attr,
+    mask: ffi::ib_srq_attr_mask,
+    _udata: *mut ffi::ib_udata,
+) -> c_int {
+    from_result(|| {
+        // SAFETY: by the module invariant; `attr` is valid for the call.
+        let (s, a) = unsafe { (Srq::<T>::from_raw(srq), &*attr) };
+        let max_wr = (mask & ffi::IB_SRQ_MAX_WR != 0).then_some(a.max_wr);
+        let limit = (mask & ffi::IB_SRQ_LIMIT != 0).then_some(a.srq_limit);
+        T::modify_srq(s, max_wr, limit)?;
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn query_srq_cb<T: Verbs>(srq: *mut ffi::ib_srq, attr: *mut ffi::ib_srq_attr) -> c_int {
+    // SAFETY: by the module invariant; `attr` is the caller's out-struct.
+    let (s, a) = unsafe { (Srq::<T>::from_raw(srq), &mut *attr) };
+    let r = T::query_srq(s);
+    a.max_wr = r.max_wr;
+    a.max_sge = r.max_sge;
+    a.srq_limit = r.limit;
+    0
+}
+
+unsafe extern "C" fn destroy_srq_cb<T: Verbs>(srq: *mut ffi::ib_srq, _udata: *mut ffi::ib_udata) -> c_int {
+    // SAFETY: by the module invariant; the core destroys an SRQ only when
+    // no QP uses it any more.
+    let s = unsafe { Srq::<T>::from_raw(srq) };
+    T::destroy_srq(s);
+    // SAFETY: quiesced; dropped once.
+    unsafe { Srq::<T>::drop_data(srq) };
     0
 }
 
@@ -1110,6 +1292,28 @@ unsafe extern "C" fn alloc_mr_cb<T: Verbs>(pd: *mut ffi::ib_pd, ty: ffi::ib_mr_t
     // SAFETY: by the module invariant.
     let p = unsafe { Pd::<T>::from_raw(pd) };
     new_mr(p, MrKind::Fast(max_sg))
+}
+
+unsafe extern "C" fn reg_user_mr_cb<T: Verbs>(
+    pd: *mut ffi::ib_pd,
+    start: u64,
+    len: u64,
+    iova: u64,
+    access: c_int,
+    _udata: *mut ffi::ib_udata,
+) -> *mut ffi::ib_mr {
+    let page_mask = kernel::page::PAGE_SIZE as u64 - 1;
+    // The page list starts at the page of `start`; addresses are resolved
+    // from `iova`, so both must have the same offset in their page.
+    if len == 0 || (start ^ iova) & page_mask != 0 || len > crate::limits::MAX_MR_SIZE {
+        return EINVAL.to_ptr();
+    }
+    // SAFETY: by the module invariant.
+    let p = unsafe { Pd::<T>::from_raw(pd) };
+    match crate::uverbs::Umem::get(p.device().as_raw(), start, len, access) {
+        Ok(umem) => new_mr(p, MrKind::User { umem, iova, len, access: Access(access as u32) }),
+        Err(e) => e.to_ptr(),
+    }
 }
 
 unsafe extern "C" fn map_mr_sg_cb<T: Verbs>(

@@ -1,0 +1,316 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Safe wrappers for user verbs: rings shared with a process, pinned user
+//! memory, command responses, and the ucontext/mmap callbacks.
+//!
+//! The ABI is `uapi/siw_rs-abi.h` (bindgen makes the `siw_rs_*` types of
+//! [`ffi`] from it). A ring is `vmalloc_user` memory that the process maps
+//! with mmap(2); the process can write any part of it at any time. So the
+//! kernel never forms a Rust reference to ring memory: it reads and writes
+//! it only through atomic operations on naturally aligned words
+//! ([`UserRing`]), copies an entry out before looking at it, and keeps its
+//! own indices. Garbage in a ring can therefore fail only the queue it is
+//! in, never the kernel.
+
+use crate::ffi;
+use core::{
+    mem::{offset_of, size_of},
+    ptr::NonNull,
+    sync::atomic::{AtomicU32, AtomicU64, Ordering},
+};
+use kernel::{error::from_result, ffi::c_int, prelude::*};
+
+/// Offset of the entries from the start of a ring mapping.
+const ENTRIES_OFFSET: usize = ffi::SIW_RS_RING_ENTRIES_OFFSET as usize;
+
+// The layout the driver logic decodes by word offsets, checked against the
+// one definition in the header (x86_64: little endian).
+const _: () = {
+    assert!(cfg!(target_endian = "little"));
+    assert!(size_of::<ffi::siw_rs_ring_ctrl>() <= ENTRIES_OFFSET);
+    assert!(size_of::<ffi::siw_rs_sqe>() == SQE_WORDS * 8);
+    assert!(size_of::<ffi::siw_rs_rqe>() == RQE_WORDS * 8);
+    assert!(size_of::<ffi::siw_rs_cqe>() == CQE_WORDS * 8);
+    assert!(offset_of!(ffi::siw_rs_sqe, opcode) == 8);
+    assert!(offset_of!(ffi::siw_rs_sqe, inline_len) == 12);
+    assert!(offset_of!(ffi::siw_rs_sqe, remote_addr) == 16);
+    assert!(offset_of!(ffi::siw_rs_sqe, rkey) == 24);
+    assert!(offset_of!(ffi::siw_rs_sqe, imm_or_inv) == 28);
+    assert!(offset_of!(ffi::siw_rs_sqe, atomic) == 32);
+    assert!(offset_of!(ffi::siw_rs_sqe, __bindgen_anon_1) == 64);
+    assert!(offset_of!(ffi::siw_rs_rqe, num_sge) == 8);
+    assert!(offset_of!(ffi::siw_rs_rqe, sge) == 16);
+    assert!(size_of::<ffi::siw_rs_sge>() == 16);
+    assert!(offset_of!(ffi::siw_rs_cqe, byte_len) == 12);
+    assert!(offset_of!(ffi::siw_rs_cqe, qp_num) == 16);
+    assert!(offset_of!(ffi::siw_rs_cqe, imm_or_inv) == 20);
+    assert!(offset_of!(ffi::siw_rs_ring_ctrl, cons) == 64);
+    assert!(offset_of!(ffi::siw_rs_ring_ctrl, kflags) == 128);
+    assert!(offset_of!(ffi::siw_rs_ring_ctrl, notify) == 132);
+};
+
+/// 64-bit words of a send queue entry.
+pub(crate) const SQE_WORDS: usize = 40;
+/// 64-bit words of a receive queue entry.
+pub(crate) const RQE_WORDS: usize = 14;
+/// 64-bit words of a completion queue entry.
+pub(crate) const CQE_WORDS: usize = 4;
+
+/// Which control word of a ring.
+#[derive(Clone, Copy)]
+pub(crate) enum Ctrl {
+    /// The producer index.
+    Prod,
+    /// The consumer index.
+    Cons,
+    /// `SIW_RS_KF_*`, written by the kernel.
+    Kflags,
+    /// `SIW_RS_NOTIFY_*` (CQ), written by the process.
+    Notify,
+}
+
+impl Ctrl {
+    const fn offset(self) -> usize {
+        match self {
+            Ctrl::Prod => offset_of!(ffi::siw_rs_ring_ctrl, prod),
+            Ctrl::Cons => offset_of!(ffi::siw_rs_ring_ctrl, cons),
+            Ctrl::Kflags => offset_of!(ffi::siw_rs_ring_ctrl, kflags),
+            Ctrl::Notify => offset_of!(ffi::siw_rs_ring_ctrl, notify),
+        }
+    }
+}
+
+/// A ring in memory shared with a process.
+///
+/// # Invariants
+///
+/// `base` points to `bytes` bytes of `vmalloc_user` memory, page aligned,
+/// owned by the mmap `entry` of a ucontext; the memory stays allocated until
+/// `entry` is removed (in `drop`) and its last user is gone. `entries` is a
+/// power of two and `ENTRIES_OFFSET + entries * words * 8 <= bytes`.
+pub(crate) struct UserRing {
+    base: NonNull<u8>,
+    entry: NonNull<ffi::rdma_user_mmap_entry>,
+    bytes: usize,
+    entries: u32,
+    words: usize,
+    key: u64,
+}
+
+// SAFETY: the ring memory is only accessed through atomics; the entry is
+// removed once, by `drop`.
+unsafe impl Send for UserRing {}
+// SAFETY: as above: every access is atomic.
+unsafe impl Sync for UserRing {}
+
+impl UserRing {
+    /// Allocates a ring of `entries` (a power of two) entries of `words`
+    /// 64-bit words for `uctx` and makes it mappable.
+    pub(crate) fn new(uctx: &Ucontext, entries: u32, words: usize) -> Result<Self> {
+        if !entries.is_power_of_two() {
+            return Err(EINVAL);
+        }
+        let bytes = usize::try_from(entries)
+            .ok()
+            .and_then(|n| n.checked_mul(words)?.checked_mul(8)?.checked_add(ENTRIES_OFFSET))
+            .ok_or(EINVAL)?;
+        let mut key = 0u64;
+        let mut entry = core::ptr::null_mut();
+        // SAFETY: `uctx` is a live ucontext; the out-pointers are valid.
+        let base = unsafe { ffi::siw_rs_h_ring_alloc(uctx.0.as_ptr(), bytes, &mut key, &mut entry) };
+        let base = NonNull::new(base.cast::<u8>()).ok_or(ENOMEM)?;
+        let entry = NonNull::new(entry).ok_or(ENOMEM)?;
+        Ok(UserRing { base, entry, bytes, entries, words, key })
+    }
+
+    /// The mmap offset userspace passes to mmap(2).
+    pub(crate) fn key(&self) -> u64 {
+        self.key
+    }
+
+    /// The length of the mapping.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes as u64
+    }
+
+    /// Number of entries (a power of two).
+    pub(crate) fn entries(&self) -> u32 {
+        self.entries
+    }
+
+    /// A control word.
+    pub(crate) fn ctrl(&self, which: Ctrl) -> &AtomicU32 {
+        // SAFETY: the offset is within the control block at the start of
+        // the ring (by the invariants), 4-aligned (checked layout), and the
+        // memory lives as long as `self`; it is only accessed atomically.
+        unsafe { AtomicU32::from_ptr(self.base.as_ptr().add(which.offset()).cast::<u32>()) }
+    }
+
+    /// Word `w` of entry `index` (modulo the ring size).
+    fn word(&self, index: u32, w: usize) -> &AtomicU64 {
+        let slot = (index & (self.entries - 1)) as usize;
+        let w = w.min(self.words - 1);
+        let off = ENTRIES_OFFSET + (slot * self.words + w) * 8;
+        // SAFETY: `slot < entries` and `w < words`, so `off + 8 <= bytes`
+        // (invariants); 8-aligned since the base is page aligned and the
+        // offset a multiple of 8; only accessed atomically.
+        unsafe { AtomicU64::from_ptr(self.base.as_ptr().add(off).cast::<u64>()) }
+    }
+
+    /// Copies entry `index` into `out` (as many words as `out` holds).
+    pub(crate) fn read(&self, index: u32, out: &mut [u64]) {
+        for (w, o) in out.iter_mut().enumerate().take(self.words) {
+            *o = self.word(index, w).load(Ordering::Relaxed);
+        }
+    }
+
+    /// Writes `words` into entry `index`.
+    pub(crate) fn write(&self, index: u32, words: &[u64]) {
+        for (w, v) in words.iter().enumerate().take(self.words) {
+            self.word(index, w).store(*v, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for UserRing {
+    fn drop(&mut self) {
+        // SAFETY: the entry was inserted by `new` and is removed once; the
+        // memory is not touched by `self` afterwards.
+        unsafe { ffi::siw_rs_h_ring_remove(self.entry.as_ptr()) };
+    }
+}
+
+/// A process's verbs context, as the driver needs it: where its rings are
+/// mapped from.
+pub(crate) struct Ucontext(NonNull<ffi::ib_ucontext>);
+
+/// Driver data of a user command (`struct ib_udata`).
+pub(crate) struct Udata(NonNull<ffi::ib_udata>);
+
+impl Udata {
+    /// Wraps the `udata` of a verb.
+    ///
+    /// # Safety
+    ///
+    /// `raw` must be null or the udata of a user command in progress, valid
+    /// for the whole call of the verb.
+    pub(crate) unsafe fn from_raw(raw: *mut ffi::ib_udata) -> Option<Self> {
+        NonNull::new(raw).map(Udata)
+    }
+
+    /// The `udata` of a verb that receives a `uverbs_attr_bundle`.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Udata::from_raw`], for the bundle.
+    pub(crate) unsafe fn from_bundle(bundle: *mut ffi::uverbs_attr_bundle) -> Option<Self> {
+        // SAFETY: by the requirements the bundle is null or valid.
+        NonNull::new(unsafe { ffi::siw_rs_h_bundle_udata(bundle) }).map(Udata)
+    }
+
+    /// The process context the command runs in.
+    pub(crate) fn ucontext(&self) -> Result<Ucontext> {
+        // SAFETY: a user command's udata belongs to a bundle with a context.
+        NonNull::new(unsafe { ffi::siw_rs_h_udata_ucontext(self.0.as_ptr()) }).map(Ucontext).ok_or(EINVAL)
+    }
+
+    /// Copies the response `resp` to the process; `EINVAL` if it has no
+    /// room for all of it.
+    pub(crate) fn respond<R: Copy>(&self, resp: &R) -> Result {
+        // SAFETY: `resp` is readable for its size; the udata is valid.
+        let rv = unsafe {
+            ffi::siw_rs_h_copy_to_udata(self.0.as_ptr(), core::ptr::from_ref(resp).cast(), size_of::<R>())
+        };
+        kernel::error::to_result(rv)
+    }
+}
+
+/// Pinned user memory (`ib_umem`) and the kernel virtual address of each of
+/// its pages. Dropping it unpins the pages and frees the page array from a
+/// work item, so the last reference may go in any context (even under an
+/// interrupt-safe lock).
+///
+/// # Invariants
+///
+/// `0` is a holder from `siw_rs_h_umem_get`, released only by `drop`; its
+/// page array does not change until then.
+pub(crate) struct Umem(NonNull<ffi::siw_rs_umem>);
+
+// SAFETY: the holder is used by one owner at a time; release is deferred.
+unsafe impl Send for Umem {}
+// SAFETY: `&Umem` allows only reading the page list.
+unsafe impl Sync for Umem {}
+
+impl Umem {
+    /// Pins `len` bytes at user address `start` of the current process.
+    pub(crate) fn get(dev: *mut ffi::ib_device, start: u64, len: u64, access: c_int) -> Result<Self> {
+        // SAFETY: `dev` is the live device of the verb being executed.
+        let p = unsafe { ffi::siw_rs_h_umem_get(dev, start, len, access) };
+        // The helper returns a valid pointer or an error pointer.
+        let p = kernel::error::from_err_ptr(p)?;
+        NonNull::new(p).map(Umem).ok_or(ENOMEM)
+    }
+
+    /// The kernel virtual address of each pinned page, in order (the first
+    /// is the page of the region's first byte).
+    pub(crate) fn pages(&self) -> &[u64] {
+        let mut n = 0usize;
+        // SAFETY: `self.0` is a live holder (invariant).
+        let p = unsafe { ffi::siw_rs_h_umem_pages(self.0.as_ptr(), &mut n) };
+        if p.is_null() || n == 0 {
+            return &[];
+        }
+        // SAFETY: the array has `n` entries and is neither written nor freed
+        // while `self` lives (invariant).
+        unsafe { core::slice::from_raw_parts(p, n) }
+    }
+}
+
+impl Drop for Umem {
+    fn drop(&mut self) {
+        // SAFETY: the holder is released once; it owns itself from here.
+        unsafe { ffi::siw_rs_h_umem_put(self.0.as_ptr()) };
+    }
+}
+
+/// Starts the deferred release of pinned memory (module init).
+pub(crate) fn init() -> Result {
+    // SAFETY: called once at module init.
+    kernel::error::to_result(unsafe { ffi::siw_rs_h_umem_init() })
+}
+
+/// Drains the deferred releases (module exit, after every device is gone).
+pub(crate) fn exit() {
+    // SAFETY: called once at module exit, after `init` succeeded.
+    unsafe { ffi::siw_rs_h_umem_exit() };
+}
+
+/// Installs the ucontext, mmap and sysfs parts of the device ops.
+pub(crate) fn install(ops: &mut ffi::ib_device_ops) {
+    ops.alloc_ucontext = Some(alloc_ucontext_cb);
+    ops.dealloc_ucontext = Some(dealloc_ucontext_cb);
+    ops.mmap = Some(ffi::siw_rs_h_mmap);
+    ops.mmap_free = Some(ffi::siw_rs_h_mmap_free);
+    ops.size_ib_ucontext = size_of::<ffi::ib_ucontext>();
+    // A static of the C helper object, never written.
+    ops.device_group = &raw const ffi::siw_rs_h_attr_group;
+}
+
+unsafe extern "C" fn alloc_ucontext_cb(_uctx: *mut ffi::ib_ucontext, udata: *mut ffi::ib_udata) -> c_int {
+    from_result(|| {
+        // SAFETY: the core passes the command's udata.
+        let udata = unsafe { Udata::from_raw(udata) }.ok_or(EINVAL)?;
+        let resp = ffi::siw_rs_uresp_alloc_ctx {
+            abi_version: ffi::SIW_RS_ABI_VERSION,
+            max_inline: crate::uwqe::MAX_INLINE,
+            sqe_size: size_of::<ffi::siw_rs_sqe>() as u32,
+            rqe_size: size_of::<ffi::siw_rs_rqe>() as u32,
+            cqe_size: size_of::<ffi::siw_rs_cqe>() as u32,
+            max_sge: ffi::SIW_RS_MAX_SGE,
+        };
+        udata.respond(&resp)?;
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn dealloc_ucontext_cb(_uctx: *mut ffi::ib_ucontext) {}
