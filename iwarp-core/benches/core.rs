@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: GPL-2.0
+
 //! Throughput of the protocol core's hot paths.
 //!
 //! ```text

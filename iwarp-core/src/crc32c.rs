@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: GPL-2.0
+
 //! CRC32c (Castagnoli), the checksum of the MPA FPDU trailer (RFC 5044,
 //! which takes the algorithm from iSCSI, RFC 3720).
 //!

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: GPL-2.0
+
 //! Direct Data Placement (DDP, RFC 5041) wire format, segmentation and
 //! receiver bookkeeping.
 //!

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: GPL-2.0
+
 //! MPA: Marker PDU Aligned framing for TCP (RFC 5044), with the enhanced
 //! connection establishment of RFC 6581.
 //!

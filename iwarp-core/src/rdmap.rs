@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: GPL-2.0
+
 //! RDMA Protocol (RDMAP, RFC 5040) and its extensions (RFC 7306): opcodes,
 //! the fixed-format payloads, and the receive-side header validation.
 //!

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: GPL-2.0
+
 //! The incremental receive parser: one connection's inbound FPDU byte stream
 //! in, placement instructions and validated segment/message events out.
 //!

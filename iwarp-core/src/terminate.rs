@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: GPL-2.0
+
 //! Terminate messages (RFC 5040 section 4.8) and the error codes they carry
 //! (RFC 5040 section 7, RFC 5041 section 7, RFC 5044 section 8, RFC 6581).
 //!

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: GPL-2.0
+
 //! Transmit builder: turns RDMAP messages into MPA FPDUs around payload it
 //! never copies.
 //!

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: GPL-2.0
+
 //! Transmitter to Receiver: random messages go through `tx` (batched,
 //! partially sent, resumed) and the resulting stream, cut into random
 //! pieces, through `rx`; the placements must rebuild every payload exactly

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 # Device lifecycle: load/unload, link add/del, coexistence with upstream siw,
 # netdev removal, bad input. (Issue: foundation.)
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 # NVMe over Fabrics (nvmet-rdma target, nvme-rdma host) over siw_rs, data
 # verified byte for byte. (Issue: kernel data path.)
 #
