@@ -68,8 +68,9 @@ demo:
 bench:
 	@scripts/bench
 
-install: module
+install: module provider
 	$(MAKE) -C $(KDIR) M=$(REPO)/$(BUILD) $(KVARS) modules_install
+	$(MAKE) -C userspace-provider provider-install
 
 clean:
 	rm -rf build target

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 # Shared helpers for the VM tests (sourced by tests/vm/run inside the guest).
 # A test is a function; it returns non-zero (after calling `fail_because`) on
 # failure. The runner adds the kernel-log and kmemleak checks around each one.
@@ -67,4 +68,54 @@ kmemleak_check() {
 		fail_because "kmemleak reports unreferenced objects"
 		return 1
 	fi
+}
+
+# Run a command with the built siw_rs provider active ($WP for commands
+# run through timeout or ip netns exec, wp in the shell).
+WP=userspace-provider/with-provider
+wp() { "$WP" "$@"; }
+
+# server_client SERVER_NS CLIENT_NS TIMEOUT -- SERVER_CMD... -- CLIENT_CMD...
+# Starts the server, gives it time to listen, runs the client; both must
+# exit 0 within TIMEOUT seconds. Output of both goes to the log.
+server_client() {
+	local sns=$1 cns=$2 t=$3
+	shift 4
+	local scmd=() ccmd=()
+	while [ "$1" != -- ]; do scmd+=("$1"); shift; done
+	shift
+	ccmd=("$@")
+	ip netns exec "$sns" timeout "$t" "${scmd[@]}" > /tmp/server.log 2>&1 &
+	local spid=$!
+	wait_listen "$sns" "$(server_port "${scmd[@]}")"
+	local crc=0 src=0
+	ip netns exec "$cns" timeout "$t" "${ccmd[@]}" > /tmp/client.log 2>&1 || crc=$?
+	wait "$spid" || src=$?
+	sed 's/^/    server| /' /tmp/server.log | tail -n 15
+	sed 's/^/    client| /' /tmp/client.log | tail -n 15
+	[ "$crc" = 0 ] || fail_because "client exited $crc: ${ccmd[*]}" || return 1
+	[ "$src" = 0 ] || fail_because "server exited $src: ${scmd[*]}" || return 1
+}
+
+# The TCP port a test server command listens on: rping 7174, perftest
+# 18515, iwarp-peer its --listen address's port.
+server_port() {
+	local a prev=
+	for a in "$@"; do
+		case $prev in --listen) echo "${a##*:}"; return ;; -p) echo "$a"; return ;; esac
+		prev=$a
+	done
+	case "$*" in *rping*) echo 7174 ;; *) echo 18515 ;; esac
+}
+
+# wait_listen NS PORT: waits (up to 20 s) until something listens on PORT
+# in namespace NS; a server under the debug kernel and TCG may take a few
+# seconds to get there.
+wait_listen() {
+	local i
+	for ((i = 0; i < 200; i++)); do
+		[ -n "$(ip netns exec "$1" ss -Hltn "sport = :$2" 2>/dev/null)" ] && return 0
+		sleep 0.1
+	done
+	echo "    (nothing listens on port $2 in $1 after 20 s)"
 }

@@ -1,0 +1,137 @@
+# SPDX-License-Identifier: GPL-2.0
+# User verbs: unmodified libibverbs/librdmacm programs (rdma-core's own
+# tools and perftest, from the distribution) on siw_rs devices through the
+# siw_rs provider, and against upstream siw with the stock libsiw.
+# (Issue: userspace.) Sizes and counts are bounded for the debug kernel
+# under TCG (~0.3 MB/s); the perf kernel runs the full sweeps (make bench).
+
+# rs1 on h1/veth1 and rs2 on h2/veth2 (the usual pair).
+uverbs_pair() {
+	scripts/topology up
+	load_siw_rs
+	ip netns exec h1 rdma link add rs1 type siw_rs netdev veth1
+	ip netns exec h2 rdma link add rs2 type siw_rs netdev veth2
+}
+
+test_10_devinfo() {
+	uverbs_pair
+	local out
+	out=$(wp ibv_devices)
+	echo "$out" | sed 's/^/    /'
+	grep -qw rs1 <<<"$out" && grep -qw rs2 <<<"$out" || fail_because "ibv_devices does not list rs1 and rs2" || return 1
+	out=$(ip netns exec h1 "$WP" ibv_devinfo -v -d rs1)
+	echo "$out" | head -n 40 | sed 's/^/    /'
+	grep -q 'transport:.*iWARP' <<<"$out" || fail_because "transport is not iWARP" || return 1
+	grep -qE 'max_qp:[[:space:]]+4096' <<<"$out" || fail_because "max_qp not 4096" || return 1
+	grep -qE 'max_qp_wr:[[:space:]]+4096' <<<"$out" || fail_because "max_qp_wr not 4096" || return 1
+	grep -qE 'state:[[:space:]]+PORT_ACTIVE' <<<"$out" || fail_because "port not active" || return 1
+	# Without the provider, libibverbs has no driver for the device (and
+	# the stock libsiw must not claim it).
+	if ibv_devinfo -d rs1 >/tmp/nodrv.log 2>&1; then
+		fail_because "ibv_devinfo found a driver for rs1 without the siw_rs provider: $(cat /tmp/nodrv.log)"
+		return 1
+	fi
+}
+
+test_20_rping_ipv4() {
+	uverbs_pair
+	server_client h1 h2 120 -- "$WP" rping -s -a 10.55.0.1 -C 50 -S 4096 -V \
+		-- "$WP" rping -c -a 10.55.0.1 -C 50 -S 4096 -V -v || return 1
+	# -v prints each ping; 50 verified iterations.
+	[ "$(grep -c 'ping data' /tmp/client.log)" = 50 ] || fail_because "client printed $(grep -c 'ping data' /tmp/client.log) pings, want 50" || return 1
+}
+
+test_21_rping_ipv6() {
+	uverbs_pair
+	server_client h1 h2 120 -- "$WP" rping -s -a fd55::1 -C 20 -S 1024 -V \
+		-- "$WP" rping -c -a fd55::1 -C 20 -S 1024 -V -v || return 1
+	[ "$(grep -c 'ping data' /tmp/client.log)" = 20 ] || fail_because "client printed $(grep -c 'ping data' /tmp/client.log) pings, want 20" || return 1
+}
+
+# perftest_pair TOOL ARGS...: the tool as server on rs1, client on rs2.
+perftest_pair() {
+	local tool=$1
+	shift
+	server_client h1 h2 300 -- "$WP" "$tool" -R -d rs1 "$@" -- "$WP" "$tool" -R -d rs2 "$@" 10.55.0.1
+}
+
+test_30_perftest_bw() {
+	uverbs_pair
+	local t
+	for t in ib_write_bw ib_read_bw ib_send_bw; do
+		echo "    $t"
+		perftest_pair "$t" -s 4096 -n 20 || return 1
+		grep -qE '^ 4096 +20 ' /tmp/client.log || fail_because "$t: no result line for 4096 B x 20" || return 1
+	done
+}
+
+test_31_perftest_lat() {
+	uverbs_pair
+	local t
+	for t in ib_write_lat ib_send_lat ib_read_lat; do
+		echo "    $t"
+		perftest_pair "$t" -s 2 -n 20 || return 1
+		grep -qE '^ 2 +20 ' /tmp/client.log || fail_because "$t: no result line for 2 B x 20" || return 1
+	done
+}
+
+test_40_mixed_with_upstream_siw() {
+	scripts/topology up
+	modprobe siw
+	load_siw_rs
+	ip netns exec h1 rdma link add siw1 type siw netdev veth1
+	ip netns exec h2 rdma link add rs2 type siw_rs netdev veth2
+	# The provider must leave upstream siw to libsiw: with it active, the
+	# siw device still works through libsiw.
+	echo "    rping: siw_rs client -> upstream siw server"
+	server_client h1 h2 120 -- "$WP" rping -s -a 10.55.0.1 -C 20 -S 2048 -V \
+		-- "$WP" rping -c -a 10.55.0.1 -C 20 -S 2048 -V || return 1
+	echo "    ib_write_bw: siw server, siw_rs client"
+	server_client h1 h2 300 -- "$WP" ib_write_bw -R -d siw1 -s 4096 -n 20 \
+		-- "$WP" ib_write_bw -R -d rs2 -s 4096 -n 20 10.55.0.1 || return 1
+	echo "    rping: upstream siw client -> siw_rs server"
+	server_client h2 h1 120 -- "$WP" rping -s -a 10.55.0.2 -C 20 -S 2048 -V \
+		-- "$WP" rping -c -a 10.55.0.2 -C 20 -S 2048 -V || return 1
+	echo "    ib_write_bw: siw_rs server, siw client"
+	server_client h2 h1 300 -- "$WP" ib_write_bw -R -d rs2 -s 4096 -n 20 \
+		-- "$WP" ib_write_bw -R -d siw1 -s 4096 -n 20 10.55.0.2 || return 1
+}
+
+# RDMA objects of the restrack (QPs, CQs, MRs, PDs) on our devices.
+rdma_objects() { { rdma res show 2>/dev/null || true; } | awk '/^[0-9]+: rs/ {for (i = 4; i <= NF; i += 2) n += $i} END {print n + 0}'; }
+
+test_50_sigkill_releases_everything() {
+	uverbs_pair
+	local before
+	before=$(rdma_objects)
+	ip netns exec h1 timeout 120 "$WP" ib_write_bw -R -d rs1 -s 65536 -n 100000 >/tmp/s.log 2>&1 &
+	local s=$!
+	sleep 2
+	ip netns exec h2 timeout 120 "$WP" ib_write_bw -R -d rs2 -s 65536 -n 100000 10.55.0.1 >/tmp/c.log 2>&1 &
+	local c=$!
+	# Let the transfer run, then kill the client mid-run.
+	sleep 8
+	rdma res show mr | sed 's/^/    /' | head -n 4
+	[ "$(rdma res show mr | grep -c 'dev rs')" -ge 1 ] || fail_because "no MR registered during the run" || return 1
+	# SIGKILL the perftest processes themselves (not their timeout).
+	pkill -KILL -f 'ib_write_bw -R -d rs2' || fail_because "no client process to kill" || return 1
+	wait "$c" 2>/dev/null || true
+	# The server sees the connection fail and exits, or is killed too.
+	sleep 3
+	pkill -KILL -f 'ib_write_bw -R -d rs1' || true
+	wait "$s" 2>/dev/null || true
+	local i
+	for ((i = 0; i < 100; i++)); do
+		pgrep -x ib_write_bw >/dev/null || break
+		sleep 0.1
+	done
+	pgrep -x ib_write_bw >/dev/null && fail_because "ib_write_bw still running after SIGKILL" && return 1
+	local after
+	after=$(rdma_objects)
+	rdma res show | sed 's/^/    /'
+	[ "$after" = "$before" ] || fail_because "RDMA objects before $before, after $after" || return 1
+	[ "$(rdma res show mr | grep -c 'dev rs')" = 0 ] || fail_because "MRs left: $(rdma res show mr)" || return 1
+	# The devices still work afterwards.
+	server_client h1 h2 120 -- "$WP" rping -s -a 10.55.0.1 -C 5 -S 512 -V \
+		-- "$WP" rping -c -a 10.55.0.1 -C 5 -S 512 -V || return 1
+}
