@@ -97,15 +97,15 @@ server_client() {
 	[ "$src" = 0 ] || fail_because "server exited $src: ${scmd[*]}" || return 1
 }
 
-# The TCP port a test server command listens on: rping 7174, perftest
-# 18515, iwarp-peer its --listen address's port.
+# The TCP port a test server command listens on: rping 7174, rdma_server
+# and ucmatose 7471, perftest 18515, iwarp-peer its --listen port.
 server_port() {
 	local a prev=
 	for a in "$@"; do
 		case $prev in --listen) echo "${a##*:}"; return ;; -p) echo "$a"; return ;; esac
 		prev=$a
 	done
-	case "$*" in *rping*) echo 7174 ;; *) echo 18515 ;; esac
+	case "$*" in *rping*) echo 7174 ;; *rdma_server* | *ucmatose*) echo 7471 ;; *) echo 18515 ;; esac
 }
 
 # wait_listen NS PORT: waits (up to 20 s) until something listens on PORT

@@ -75,6 +75,17 @@ test_31_perftest_lat() {
 	done
 }
 
+test_35_librdmacm_examples() {
+	uverbs_pair
+	echo "    rdma_server / rdma_client (inline send, RDMA CM endpoint API)"
+	server_client h1 h2 120 -- "$WP" rdma_server -s 10.55.0.1 \
+		-- "$WP" rdma_client -s 10.55.0.1 || return 1
+	grep -q 'rdma_client: end 0' /tmp/client.log || fail_because "rdma_client did not end with 0" || return 1
+	echo "    ucmatose: 4 connections, 20 messages of 512 octets each way"
+	server_client h1 h2 240 -- "$WP" ucmatose -b 10.55.0.1 -c 4 -C 20 -S 512 \
+		-- "$WP" ucmatose -s 10.55.0.1 -c 4 -C 20 -S 512 || return 1
+}
+
 test_40_mixed_with_upstream_siw() {
 	scripts/topology up
 	modprobe siw
@@ -134,4 +145,30 @@ test_50_sigkill_releases_everything() {
 	# The devices still work afterwards.
 	server_client h1 h2 120 -- "$WP" rping -s -a 10.55.0.1 -C 5 -S 512 -V \
 		-- "$WP" rping -c -a 10.55.0.1 -C 5 -S 512 -V || return 1
+}
+
+# A process that writes garbage into its own send ring (tests/vm/ring-fault.c)
+# fails only its own QP: the garbage is refused with LOC_QP_OP_ERR and the
+# QP goes to ERROR, while a well-behaved rping pair on the same devices
+# completes its verified run.
+test_55_garbage_in_a_ring_fails_only_that_qp() {
+	uverbs_pair
+	ip netns exec h1 timeout 180 "$WP" rping -s -a 10.55.0.1 -p 7175 -C 30 -S 1024 -V > /tmp/good-s.log 2>&1 &
+	local gs=$!
+	wait_listen h1 7175
+	ip netns exec h2 timeout 180 "$WP" rping -c -a 10.55.0.1 -p 7175 -C 30 -S 1024 -V > /tmp/good-c.log 2>&1 &
+	local gc=$!
+	# The faulty process's peer.
+	ip netns exec h1 timeout 60 "$WP" rping -s -a 10.55.0.1 -p 7174 -C 1 > /tmp/victim.log 2>&1 &
+	local vs=$!
+	wait_listen h1 7174
+	local rc=0
+	ip netns exec h2 timeout 60 "$WP" build/ring-fault 10.55.0.1 7174 > /tmp/fault.log 2>&1 || rc=$?
+	sed 's/^/    /' /tmp/fault.log
+	[ "$rc" = 0 ] || fail_because "ring-fault exited $rc" || return 1
+	wait "$vs" || true
+	local gcrc=0 gsrc=0
+	wait "$gc" || gcrc=$?
+	wait "$gs" || gsrc=$?
+	[ "$gcrc" = 0 ] && [ "$gsrc" = 0 ] || fail_because "the well-behaved rping pair failed (client $gcrc, server $gsrc)" || return 1
 }
