@@ -55,24 +55,26 @@ perftest_pair() {
 	server_client h1 h2 300 -- "$WP" "$tool" -R -d rs1 "$@" -- "$WP" "$tool" -R -d rs2 "$@" 10.55.0.1
 }
 
+# perftest_each SIZE TOOL...: each tool as a pair (perftest_pair) with
+# SIZE-octet messages, 20 iterations; the client must report that result.
+perftest_each() {
+	local size=$1 t
+	shift
+	for t in "$@"; do
+		echo "    $t"
+		perftest_pair "$t" -s "$size" -n 20 || return 1
+		grep -qE "^ $size +20 " /tmp/client.log || fail_because "$t: no result line for $size B x 20" || return 1
+	done
+}
+
 test_30_perftest_bw() {
 	uverbs_pair
-	local t
-	for t in ib_write_bw ib_read_bw ib_send_bw; do
-		echo "    $t"
-		perftest_pair "$t" -s 4096 -n 20 || return 1
-		grep -qE '^ 4096 +20 ' /tmp/client.log || fail_because "$t: no result line for 4096 B x 20" || return 1
-	done
+	perftest_each 4096 ib_write_bw ib_read_bw ib_send_bw
 }
 
 test_31_perftest_lat() {
 	uverbs_pair
-	local t
-	for t in ib_write_lat ib_send_lat ib_read_lat; do
-		echo "    $t"
-		perftest_pair "$t" -s 2 -n 20 || return 1
-		grep -qE '^ 2 +20 ' /tmp/client.log || fail_because "$t: no result line for 2 B x 20" || return 1
-	done
+	perftest_each 2 ib_write_lat ib_send_lat ib_read_lat
 }
 
 test_35_librdmacm_examples() {
