@@ -461,11 +461,7 @@ fn pull_rq(qp: &Qp<SiwRs>, inner: &mut Inner, wakes: &mut Wakes) {
             fail_recv(qp, w[0], WcStatus::WrFlushErr, wakes);
             continue;
         }
-        let wqe = uwqe::decode_recv(&w).map_err(|_| EINVAL).and_then(|(wr_id, sges, n)| {
-            let (sges, nsge, len) = take_sges(sges.get(..n).unwrap_or(&[]), core.caps.max_recv_sge)?;
-            Ok(RecvWqe { wr_id, sges, nsge, len })
-        });
-        match wqe {
+        match user_recv_wqe(&w, core.caps.max_recv_sge) {
             Ok(wqe) => {
                 let _ = inner.rq.push(wqe);
             }
@@ -477,26 +473,21 @@ fn pull_rq(qp: &Qp<SiwRs>, inner: &mut Inner, wakes: &mut Wakes) {
     }
 }
 
-/// On entering ERROR: tells the process (it must ring the doorbell after
-/// posting, so new entries get flushed) and flushes what its rings hold.
+/// A receive WQE from an RQE copied out of a process's ring.
+pub(crate) fn user_recv_wqe(w: &[u64; RQE_WORDS], max_sge: u32) -> Result<RecvWqe> {
+    let (wr_id, sges, n) = uwqe::decode_recv(w).map_err(|_| EINVAL)?;
+    let (sges, nsge, len) = take_sges(sges.get(..n).unwrap_or(&[]), max_sge)?;
+    Ok(RecvWqe { wr_id, sges, nsge, len })
+}
+
+/// On entering ERROR (the state is set and the queues are empty): tells
+/// the process (it must ring the doorbell after posting, so new entries
+/// get flushed) and flushes what its rings hold, a ring's worth at most.
 fn drain_user(qp: &Qp<SiwRs>, inner: &mut Inner, wakes: &mut Wakes) {
     let Some(u) = &qp.data().user else { return };
     u.kflag(ffi::SIW_RS_KF_ERROR, true);
-    // Bounded: each pass takes at most a ring's worth.
-    if let Some(n) = ring_avail(&u.sq, inner.sq_next) {
-        for _ in 0..n {
-            let w = take_entry::<SQE_WORDS>(&u.sq, &mut inner.sq_next);
-            fail_send(qp, w[0], uwqe::send_wc_opcode(&w), WcStatus::WrFlushErr, wakes);
-        }
-    }
-    if let Some(rq) = &u.rq {
-        if let Some(n) = ring_avail(rq, inner.rq_next) {
-            for _ in 0..n {
-                let w = take_entry::<RQE_WORDS>(rq, &mut inner.rq_next);
-                fail_recv(qp, w[0], WcStatus::WrFlushErr, wakes);
-            }
-        }
-    }
+    pull_sq(qp, inner, wakes);
+    pull_rq(qp, inner, wakes);
 }
 
 /// The doorbell of a process's send queue (`post_send` without work

@@ -17,7 +17,6 @@ use crate::{
     qp::{self, Fifo, RecvWqe},
     sync::{new_irq_spinlock, IrqSpinLock},
     uverbs::{Ctrl, Ucontext, UserRing, RQE_WORDS},
-    uwqe,
     verbs::{AsyncEvent, RecvWr, Srq, SrqAttr},
 };
 use core::sync::atomic::Ordering;
@@ -144,11 +143,7 @@ fn pull(core: &SrqCore, r: &UserRing, inner: &mut Inner) -> bool {
     while avail > 0 && inner.rq.len < inner.rq.capacity() {
         avail -= 1;
         let w = qp::take_entry::<RQE_WORDS>(r, &mut inner.next);
-        let wqe = uwqe::decode_recv(&w).map_err(|_| EINVAL).and_then(|(wr_id, sges, n)| {
-            let (sges, nsge, len) = qp::take_sges(sges.get(..n).unwrap_or(&[]), core.max_sge)?;
-            Ok(RecvWqe { wr_id, sges, nsge, len })
-        });
-        match wqe {
+        match qp::user_recv_wqe(&w, core.max_sge) {
             Ok(wqe) => {
                 let _ = inner.rq.push(wqe);
             }
