@@ -14,6 +14,7 @@ use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 
 extern "C" {
     fn dlopen(filename: *const c_char, flag: c_int) -> *mut c_void;
@@ -22,10 +23,33 @@ extern "C" {
 }
 const RTLD_NOW: c_int = 2;
 
-/// The cdylib cargo built next to this test's binary.
+/// The plugin (the crate's cdylib), built fresh for this test run.
+///
+/// `cargo test` links integration tests against the rlib and does not build
+/// the cdylib, so a clean checkout has none and an incremental one may have a
+/// stale one. Build it once per test binary with the same cargo and profile
+/// (a no-op when up to date), then use the file next to this test's binary.
 fn plugin() -> PathBuf {
+    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().and_then(Path::parent).unwrap();
+    let built = BUILT.get_or_init(|| {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "--quiet", "-p", "siw-rs-provider", "--lib"]);
+        cmd.arg("--target-dir").arg(dir.parent().unwrap());
+        if dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        match cmd.status() {
+            Ok(s) if s.success() => Ok(()),
+            Ok(s) => Err(format!("cargo build of the plugin failed: {s}")),
+            Err(e) => Err(format!("cannot run cargo to build the plugin: {e}")),
+        }
+    });
+    if let Err(e) = built {
+        panic!("{e}");
+    }
     let so = dir.join("libsiw_rs.so");
     assert!(so.exists(), "{} not built", so.display());
     so
