@@ -537,6 +537,79 @@ impl AtomicRequest {
     pub const fn is_aligned(&self) -> bool {
         self.remote_to & 7 == 0
     }
+
+    /// The verbs Fetch and Add: a plain 64-bit wrapping add (no field
+    /// boundaries in the Add Mask).
+    pub const fn fetch_add(request_id: u32, remote_stag: u32, remote_to: u64, add: u64) -> Self {
+        AtomicRequest {
+            op: AtomicOp::FetchAdd,
+            request_id,
+            remote_stag,
+            remote_to,
+            add_or_swap_data: add,
+            add_or_swap_mask: 0,
+            compare_data: 0,
+            compare_mask: 0,
+        }
+    }
+
+    /// The verbs Compare and Swap: all 64 bits compared and swapped.
+    pub const fn cmp_swap(request_id: u32, remote_stag: u32, remote_to: u64, compare: u64, swap: u64) -> Self {
+        AtomicRequest {
+            op: AtomicOp::CmpSwap,
+            request_id,
+            remote_stag,
+            remote_to,
+            add_or_swap_data: swap,
+            add_or_swap_mask: u64::MAX,
+            compare_data: compare,
+            compare_mask: u64::MAX,
+        }
+    }
+
+    /// The target's new value when the operation runs on `current` (the
+    /// responder writes it back atomically, returning `current` as the
+    /// Original Remote Data Value):
+    ///
+    /// - FetchAdd: `current + Add Data`, where a set bit *i* of the Add
+    ///   Mask ends a field: the carry out of bit *i* is dropped instead of
+    ///   propagating into bit *i + 1*. A zero mask is a plain 64-bit add.
+    /// - Swap: the bits selected by the Swap Mask come from Swap Data.
+    /// - CmpSwap: if `current` and Compare Data agree on the bits of the
+    ///   Compare Mask, as Swap; otherwise `current` is unchanged.
+    pub const fn apply(&self, current: u64) -> u64 {
+        let swapped = (current & !self.add_or_swap_mask) | (self.add_or_swap_data & self.add_or_swap_mask);
+        match self.op {
+            AtomicOp::FetchAdd => masked_add(current, self.add_or_swap_data, self.add_or_swap_mask),
+            AtomicOp::Swap => swapped,
+            AtomicOp::CmpSwap => {
+                if (current ^ self.compare_data) & self.compare_mask == 0 {
+                    swapped
+                } else {
+                    current
+                }
+            }
+        }
+    }
+}
+
+/// `a + b` with the carry out of every bit set in `boundaries` dropped.
+const fn masked_add(a: u64, b: u64, boundaries: u64) -> u64 {
+    if boundaries == 0 {
+        return a.wrapping_add(b);
+    }
+    let mut out = 0u64;
+    let mut carry = 0u64;
+    let mut i = 0;
+    while i < 64 {
+        let x = (a >> i) & 1;
+        let y = (b >> i) & 1;
+        let s = x + y + carry;
+        out |= (s & 1) << i;
+        carry = if (boundaries >> i) & 1 == 1 { 0 } else { s >> 1 };
+        i += 1;
+    }
+    out
 }
 
 /// The RFC 7306 Atomic Response header, the DDP payload of opcode 0xB:
@@ -1131,7 +1204,64 @@ mod tests {
             })
     }
 
+    #[test]
+    fn atomic_apply_vectors() {
+        let fa = |cur, add, mask| AtomicRequest { add_or_swap_mask: mask, ..AtomicRequest::fetch_add(1, 2, 8, add) }.apply(cur);
+        assert_eq!(fa(41, 1, 0), 42);
+        assert_eq!(fa(u64::MAX, 2, 0), 1);
+        // Two 32-bit fields: the low field wraps without touching the high.
+        let b = 1u64 << 31;
+        assert_eq!(fa(0x0000_0005_ffff_ffff, 1, b), 0x0000_0005_0000_0000);
+        assert_eq!(fa(0x0000_0005_ffff_ffff, 0x0000_0001_0000_0001, b), 0x0000_0006_0000_0000);
+        // Eight 8-bit fields.
+        assert_eq!(fa(0x01ff_02fe_0000_0080, 0x0101_0102_0000_0080, 0x8080_8080_8080_8080), 0x0200_0300_0000_0000);
+        let cs = AtomicRequest::cmp_swap(1, 2, 8, 7, 99);
+        assert_eq!(cs.apply(7), 99);
+        assert_eq!(cs.apply(8), 8);
+        // Masked compare (low byte only) and masked swap (high byte only).
+        let m = AtomicRequest {
+            compare_mask: 0xff,
+            add_or_swap_mask: 0xff00_0000_0000_0000,
+            ..AtomicRequest::cmp_swap(1, 2, 8, 0x1234_0007, 0xab00_0000_0000_0000)
+        };
+        assert_eq!(m.apply(0x5555_0007), 0xab00_0000_5555_0007);
+        assert_eq!(m.apply(0x5555_0008), 0x5555_0008);
+        let sw = AtomicRequest { op: AtomicOp::Swap, add_or_swap_mask: 0xffff, add_or_swap_data: 0x1_2345, ..AtomicRequest::default_for_tests() };
+        assert_eq!(sw.apply(0xffff_0000_0000_0000), 0xffff_0000_0000_2345);
+    }
+
+    impl AtomicRequest {
+        fn default_for_tests() -> Self {
+            AtomicRequest::fetch_add(0, 0, 0, 0)
+        }
+    }
+
     proptest! {
+        #[test]
+        fn prop_masked_add_is_fieldwise(a in any::<u64>(), b in any::<u64>(), fields in 0u32..4) {
+            // Fields of 8 << fields bits: each wraps on its own.
+            let w = 8u32 << fields;
+            let mut mask = 0u64;
+            let mut i = w - 1;
+            while i < 64 { mask |= 1 << i; i += w; }
+            let r = AtomicRequest { add_or_swap_mask: mask, ..AtomicRequest::fetch_add(0, 0, 0, b) }.apply(a);
+            let fm = if w == 64 { u64::MAX } else { (1u64 << w) - 1 };
+            let mut k = 0;
+            while k < 64 {
+                let f = |v: u64| (v >> k) & fm;
+                prop_assert_eq!(f(r), f(a).wrapping_add(f(b)) & fm);
+                k += w;
+            }
+        }
+
+        #[test]
+        fn prop_full_masks_are_the_verbs_operations(cur in any::<u64>(), c in any::<u64>(), s in any::<u64>()) {
+            prop_assert_eq!(AtomicRequest::fetch_add(0, 0, 0, s).apply(cur), cur.wrapping_add(s));
+            let cs = AtomicRequest::cmp_swap(0, 0, 0, c, s).apply(cur);
+            prop_assert_eq!(cs, if cur == c { s } else { cur });
+            prop_assert_eq!(AtomicRequest::cmp_swap(0, 0, 0, cur, s).apply(cur), s);
+        }
+
         #[test]
         fn prop_read_request_roundtrip(a in any::<(u32, u64, u32, u32, u64)>()) {
             let rr = ReadRequest { sink_stag: a.0, sink_to: a.1, read_size: a.2, source_stag: a.3, source_to: a.4 };
