@@ -229,6 +229,11 @@ impl Driver for SiwRs {
         attr.max_cqe = int(MAX_CQE);
         attr.max_mr = int(MAX_MR);
         attr.max_pd = int(MAX_PD);
+        // RFC 7306 Atomic operations, answered in order with Read Requests
+        // (they share the IRD/ORD). The target is updated with the CPU's
+        // atomic instructions, but only atomicity among this device's
+        // operations is promised.
+        attr.atomic_cap = ffi::IB_ATOMIC_HCA;
         attr.max_qp_rd_atom = int(MAX_IRD);
         attr.max_qp_init_rd_atom = int(MAX_ORD);
         attr.max_res_rd_atom = int(MAX_QP.saturating_mul(MAX_IRD));

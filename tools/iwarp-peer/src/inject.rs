@@ -34,7 +34,7 @@ use crate::rping::{self, BufferInfo, RpingOptions};
 pub const UNADVERTISED_STAG: u32 = 0xbad5_7a00;
 
 /// Payload of crafted Sends: 16 octets, what an `rping` receive holds.
-const PROBE: &[u8; 16] = b"iwarp-peer probe";
+pub const PROBE: &[u8; 16] = b"iwarp-peer probe";
 
 /// Delay between the octets of a trickled frame.
 pub const TRICKLE_DELAY: Duration = Duration::from_millis(5);
@@ -313,7 +313,7 @@ fn outcome_of(e: Error) -> Outcome {
 }
 
 /// A correct untagged Send segment (DDP header and payload) for `msn`.
-fn send_segment(msn: u32, payload: &[u8]) -> Result<Vec<u8>> {
+pub fn send_segment(msn: u32, payload: &[u8]) -> Result<Vec<u8>> {
     let hdr = DdpHeader::untagged(Opcode::Send.value(), true, 0, QN_SEND, msn, 0);
     let mut seg = vec![0u8; hdr.header_len() + payload.len()];
     let n = hdr
@@ -324,7 +324,7 @@ fn send_segment(msn: u32, payload: &[u8]) -> Result<Vec<u8>> {
 }
 
 /// Replaces the bits `mask` of the segment's control field by `value`.
-fn set_control(seg: &mut [u8], mask: u16, value: u16) -> Result<()> {
+pub fn set_control(seg: &mut [u8], mask: u16, value: u16) -> Result<()> {
     let ctrl = ControlField::parse(seg).map_err(|e| Error::Protocol(format!("{e:?}")))?;
     let new = (ctrl.0 & !mask) | (value & mask);
     seg[..2].copy_from_slice(&new.to_be_bytes());

@@ -19,12 +19,15 @@
 //!   both roles, so the peer interoperates with `rping -s` / `rping -c`;
 //! - [`inject`]: malformed or forbidden frames and the TERMINATE each must
 //!   provoke;
+//! - [`fuzz`]: the hostile-peer fuzzer, one generated case per connection
+//!   against a multi-connection rping server;
 //! - [`opts`]: command-line options.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod conn;
 pub mod error;
+pub mod fuzz;
 pub mod inject;
 pub mod opts;
 pub mod qp;

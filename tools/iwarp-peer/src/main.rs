@@ -98,6 +98,9 @@ fn run(o: &Options) -> Result<bool> {
 
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().skip(1).collect();
+    if argv.first().map(String::as_str) == Some("fuzz") {
+        return ExitCode::from(iwarp_peer::fuzz::main(&argv[1..]));
+    }
     if argv.iter().any(|a| a == "-h" || a == "--help") {
         print!("{USAGE}");
         return ExitCode::SUCCESS;

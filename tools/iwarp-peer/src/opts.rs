@@ -14,6 +14,7 @@ use crate::rping::RpingOptions;
 pub const USAGE: &str = "\
 usage: iwarp-peer server --listen ADDR:PORT [OPTIONS]
        iwarp-peer client --connect ADDR:PORT [OPTIONS]
+       iwarp-peer fuzz --connect ADDR:PORT [FUZZ OPTIONS]   (fuzz --help)
 
 The client is the MPA initiator, the server the MPA responder. IPv6
 literals are written [::1]:PORT; port 0 picks a free port (the server
