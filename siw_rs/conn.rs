@@ -31,7 +31,7 @@ use crate::{
     iwarp::{
         crc32c::SoftCrc32c,
         mpa::Negotiated,
-        rdmap::{Extensions, Opcode},
+        rdmap::{AtomicOp, AtomicRequest, AtomicResponse, Extensions, ImmediateData, Opcode},
         rx::{FixedPayload, Receiver, RxConfig, RxError, RxEvent, Target},
         terminate::{RemoteProtectionCode, TaggedCode, TermCode, TerminateRepr},
         tx::{Batch, Chunk, Message, MessageTx, PayloadSource, PlanStatus, Transmitter, TxConfig, TxError},
@@ -39,7 +39,7 @@ use crate::{
     kmem,
     mem::{self, AccessError, Mem},
     net::{Attached, SockHandler, SockRef, Socket},
-    qp::{self, Job, ReadJob, RecvWqe, SendWqe, WqeOp},
+    qp::{self, AtomicJob, Inbound, Job, ReadJob, RecvKind, RecvWqe, SendWqe, WqeOp},
     verbs::{Access, AsyncEvent, Qp, Sge, WcStatus},
 };
 use core::{
@@ -94,6 +94,11 @@ struct Rx {
     tagged: Option<Arc<Mem>>,
     /// A validated inbound Read Request awaiting its segment's CRC.
     read: Option<ReadJob>,
+    /// A validated inbound Atomic Request awaiting its segment's CRC.
+    atomic: Option<AtomicJob>,
+    /// Length of the last RDMA Write received: the byte count of the
+    /// receive an Immediate Data message after it completes.
+    write_len: u32,
     /// The peer sent a TERMINATE: the connection closes without one.
     peer_terminated: bool,
     /// Its code, if it parsed.
@@ -108,6 +113,8 @@ struct Tx {
     /// message, so its payload pieces resolve through `segs`.
     cur: Option<Cur>,
     crc: SoftCrc32c,
+    /// Request Identifier of the next Atomic Request.
+    atomic_id: u32,
 }
 
 /// The message being transmitted.
@@ -118,6 +125,9 @@ struct Cur {
     segs: Segs,
     /// Every FPDU is planned: the WQE completes once the batch is sent.
     planned: bool,
+    /// A second message of the same WQE, started once the first is sent
+    /// (the Immediate Data message after an RDMA Write with Immediate).
+    then: Option<Message>,
 }
 
 /// Kernel virtual address ranges of a message's payload, in order, and the
@@ -242,9 +252,12 @@ impl Conn {
     /// Creates the connection for `qp` over `sock` with the outcome of the
     /// MPA handshake, and attaches the socket callbacks.
     pub(crate) fn start(qp: &Qp<SiwRs>, sock: Socket, neg: Negotiated, cm: CmId) -> Result<Arc<Conn>> {
-        let rxc = RxConfig::from_negotiated(&neg, Extensions::NONE);
+        // RFC 7306 Atomics and Immediate Data are accepted from any peer;
+        // they are sent only when a consumer posts them (upstream siw
+        // answers them with a TERMINATE, Unexpected OpCode).
+        let rxc = RxConfig::from_negotiated(&neg, Extensions::ALL);
         let receiver = KBox::new(Receiver::new(rxc, SoftCrc32c::new()), GFP_KERNEL)?;
-        let txc = TxConfig::from_negotiated(&neg, MULPDU, Extensions::NONE);
+        let txc = TxConfig::from_negotiated(&neg, MULPDU, Extensions::ALL);
         let batch = KBox::new(TxBatch::new(), GFP_KERNEL)?;
         let (local, remote) = (sock.local_addr(), sock.peer_addr());
         let conn = Arc::pin_init(
@@ -256,12 +269,22 @@ impl Conn {
                 remote,
                 attached <- new_mutex!(None),
                 cm <- crate::sync::new_irq_spinlock!(Some(cm)),
-                rx <- crate::sync::new_bh_spinlock!(Rx { receiver, recv: None, tagged: None, read: None, peer_terminated: false, peer_code: None }),
+                rx <- crate::sync::new_bh_spinlock!(Rx {
+                    receiver,
+                    recv: None,
+                    tagged: None,
+                    read: None,
+                    atomic: None,
+                    write_len: 0,
+                    peer_terminated: false,
+                    peer_code: None,
+                }),
                 tx <- new_mutex!(Tx {
                     transmitter: Transmitter::new(txc),
                     batch,
                     cur: None,
                     crc: SoftCrc32c::new(),
+                    atomic_id: 0,
                 }),
                 term <- crate::sync::new_irq_spinlock!(None),
                 tx_busy: AtomicBool::new(false),
@@ -393,9 +416,19 @@ impl Conn {
             if !self.flush_batch(&mut tx)? {
                 return Ok(());
             }
-            if tx.cur.as_ref().is_some_and(|c| c.planned) {
-                if let Some(Cur { wqe: Some(w), .. }) = tx.cur.take() {
+            if let Some(c) = tx.cur.as_mut().filter(|c| c.planned) {
+                // The batch is sent, so nothing refers to the first
+                // message's payload any more.
+                if let Some(next) = c.then.take() {
+                    let Tx { transmitter, cur, .. } = &mut *tx;
+                    let Some(c) = cur.as_mut() else { continue };
+                    c.msg = transmitter.start(&next).map_err(|_| EINVAL)?;
+                    c.segs = Segs::empty();
+                    c.planned = false;
+                } else if let Some(Cur { wqe: Some(w), .. }) = tx.cur.take() {
                     qp::sent(qp, w);
+                } else {
+                    tx.cur = None;
                 }
             }
             if tx.cur.is_none() {
@@ -425,7 +458,7 @@ impl Conn {
                     continue;
                 }
             }
-            let Tx { transmitter, batch, cur, crc } = &mut *tx;
+            let Tx { transmitter, batch, cur, crc, .. } = &mut *tx;
             let Some(c) = cur.as_mut() else { continue };
             let r = transmitter
                 .plan(batch, &mut c.msg, 0, &mut c.segs, crc, usize::MAX)
@@ -444,19 +477,30 @@ impl Conn {
     fn begin(&self, tx: &mut Tx, job: Job) -> core::result::Result<(), Option<(SendWqe, WcStatus)>> {
         let qp = self.qp();
         let wqe = match job {
-            Job::Response(ReadJob { req, mem }) => {
+            Job::Response(Inbound::Read(ReadJob { req, mem })) => {
                 let msg = Message::read_response(&req);
                 let segs = match mem {
                     Some(m) => Segs::of_region(m, req.source_to, u64::from(req.read_size)).map_err(|_| None)?,
                     None => Segs::empty(),
                 };
                 let msg = tx.transmitter.start(&msg).map_err(|_| None)?;
-                tx.cur = Some(Cur { msg, wqe: None, segs, planned: false });
+                tx.cur = Some(Cur { msg, wqe: None, segs, planned: false, then: None });
+                return Ok(());
+            }
+            Job::Response(Inbound::Atomic(AtomicJob { req, mem })) => {
+                // Executed now, in order with the Read Requests before it.
+                let original = execute_atomic(&mem, &req).map_err(|_| None)?;
+                let msg = Message::AtomicResponse(AtomicResponse { request_id: req.request_id, original_value: original });
+                let msg = tx.transmitter.start(&msg).map_err(|_| None)?;
+                tx.cur = Some(Cur { msg, wqe: None, segs: Segs::empty(), planned: false, then: None });
                 return Ok(());
             }
             Job::Wqe(w) => w,
         };
+        let mut wqe = wqe;
         let sges = &wqe.sges[..usize::from(wqe.nsge)];
+        let mut then = None;
+        let mut atomic_id = None;
         let msg = match wqe.op {
             WqeOp::RegMr { .. } | WqeOp::LocalInv(_) => {
                 let status = match qp::execute_local(qp, &wqe) {
@@ -472,6 +516,25 @@ impl Conn {
             WqeOp::Send => Message::send(wqe.len, wqe.solicited, None),
             WqeOp::SendInv(stag) => Message::send(wqe.len, wqe.solicited, Some(stag)),
             WqeOp::Write { remote_addr, rkey } => Message::RdmaWrite { len: wqe.len, stag: rkey, to: remote_addr },
+            WqeOp::WriteImm { remote_addr, rkey, imm } => {
+                let [write, immediate] =
+                    Message::write_with_immediate(wqe.len, rkey, remote_addr, immediate_of(imm), wqe.solicited);
+                then = Some(immediate);
+                write
+            }
+            WqeOp::Atomic { op, remote_addr, rkey, data, compare, .. } => {
+                let sink = sges.first().copied().unwrap_or_default();
+                if check_remote(qp, sink.lkey, sink.addr, 8, Access::LOCAL_WRITE).is_err() {
+                    return Err(Some((wqe, WcStatus::LocProtErr)));
+                }
+                let id = tx.atomic_id;
+                tx.atomic_id = id.wrapping_add(1);
+                atomic_id = Some(id);
+                Message::AtomicRequest(match op {
+                    AtomicOp::CmpSwap => AtomicRequest::cmp_swap(id, rkey, remote_addr, compare, data),
+                    _ => AtomicRequest::fetch_add(id, rkey, remote_addr, data),
+                })
+            }
             WqeOp::Read { remote_addr, rkey } | WqeOp::ReadInv { remote_addr, rkey, .. } => {
                 let sink = sges.first().copied().unwrap_or_default();
                 if wqe.len > 0 && check_remote(qp, sink.lkey, sink.addr, wqe.len, Access::LOCAL_WRITE).is_err() {
@@ -486,8 +549,8 @@ impl Conn {
                 })
             }
         };
-        let is_read = matches!(msg, Message::ReadRequest(_));
-        let segs = if is_read {
+        let no_payload = matches!(msg, Message::ReadRequest(_) | Message::AtomicRequest(_));
+        let segs = if no_payload {
             Segs::empty()
         } else if let Some(buf) = &wqe.inline {
             // Copied at post time; the buffer lives in the WQE, which is
@@ -503,9 +566,13 @@ impl Conn {
                 Err(_) => return Err(Some((wqe, WcStatus::LocProtErr))),
             }
         };
+        if let (Some(id), WqeOp::Atomic { id: slot, .. }) = (atomic_id, &mut wqe.op) {
+            // The response is matched against it.
+            *slot = id;
+        }
         match tx.transmitter.start(&msg) {
             Ok(msg) => {
-                tx.cur = Some(Cur { msg, wqe: Some(wqe), segs, planned: false });
+                tx.cur = Some(Cur { msg, wqe: Some(wqe), segs, planned: false, then });
                 Ok(())
             }
             Err(_) => Err(Some((wqe, WcStatus::LocLenErr))),
@@ -564,9 +631,13 @@ impl Conn {
         let qp = self.qp();
         let mut rest = piece;
         loop {
+            // Queue 0: a receive WQE (its length bounds a Send; Immediate
+            // Data only needs one); queue 1: room within the IRD; queue 3:
+            // an outstanding Atomic Request.
             let mut posted = |qn: u32, _msn: u32, _op: Opcode| match qn {
                 0 => qp::peek_recv_len(qp),
                 1 if qp::inbound_room(qp) => Some(u32::MAX),
+                3 if qp::atomic_sink(qp).is_some() => Some(u32::MAX),
                 _ => None,
             };
             let Some(ev) = rx.receiver.poll(&mut rest, &mut posted)? else {
@@ -584,7 +655,7 @@ impl Conn {
                             match resolve_recv(qp, &w) {
                                 Ok(mems) => rx.recv = Some((w, mems)),
                                 Err(_) => {
-                                    qp::complete_recv(qp, w, WcStatus::LocProtErr, 0, false, None);
+                                    qp::complete_recv(qp, w, WcStatus::LocProtErr, 0, false, RecvKind::Send { invalidated: None });
                                     return Err(rx.receiver.reject(TermCode::RdmapLocalCatastrophic(0xff)));
                                 }
                             }
@@ -623,12 +694,27 @@ impl Conn {
                             }
                         }
                     }
-                    Opcode::Terminate => {}
-                    _ => {
-                        return Err(rx.receiver.reject(TermCode::RdmapRemoteOperation(
-                            crate::iwarp::terminate::RemoteOperationCode::UnexpectedOpcode,
-                        )))
+                    Opcode::AtomicRequest => {
+                        if let Some(FixedPayload::AtomicRequest(req)) = h.fixed {
+                            match check_atomic_target(qp, &req) {
+                                Ok(mem) => rx.atomic = Some(AtomicJob { req, mem }),
+                                Err(code) => return Err(rx.receiver.reject(code)),
+                            }
+                        }
                     }
+                    Opcode::ImmediateData | Opcode::ImmediateDataSe => {
+                        // It takes a receive WQE of its own, like a Send,
+                        // but places nothing in it.
+                        let Some(w) = qp::pop_recv(qp) else {
+                            return Err(rx.receiver.reject(TermCode::DdpUntagged(
+                                crate::iwarp::terminate::UntaggedCode::MsnNoBuffer,
+                            )));
+                        };
+                        rx.recv = Some((w, [const { None }; qp::NSGE]));
+                    }
+                    // Matched against the outstanding request when
+                    // complete.
+                    Opcode::AtomicResponse | Opcode::Terminate => {}
                 },
                 RxEvent::Data(p) => match p.target {
                     Target::Untagged { mo, .. } => {
@@ -660,14 +746,69 @@ impl Conn {
                                         let _ = m.invalidate(stag);
                                     }
                                 }
-                                qp::complete_recv(qp, w, WcStatus::Success, len as u32, se, inv);
+                                let kind = RecvKind::Send { invalidated: inv };
+                                qp::complete_recv(qp, w, WcStatus::Success, len as u32, se, kind);
                             }
                         }
                     }
                     Opcode::RdmaWrite => {
-                        if d.message_len.is_some() {
+                        if let Some(len) = d.message_len {
                             rx.tagged = None;
+                            rx.write_len = u32::try_from(len).unwrap_or(u32::MAX);
                         }
+                    }
+                    Opcode::ImmediateData | Opcode::ImmediateDataSe => {
+                        if let (Some((w, _)), Some(FixedPayload::ImmediateData(imm))) = (rx.recv.take(), d.header.fixed) {
+                            let se = d.header.opcode == Opcode::ImmediateDataSe;
+                            let v = imm_of(&imm);
+                            let len = core::mem::take(&mut rx.write_len);
+                            qp::complete_recv(qp, w, WcStatus::Success, len, se, RecvKind::Immediate(v));
+                        }
+                    }
+                    Opcode::AtomicRequest => {
+                        if let Some(job) = rx.atomic.take() {
+                            if qp::queue_response(qp, Inbound::Atomic(job)).is_err() {
+                                return Err(rx.receiver.reject(TermCode::DdpUntagged(
+                                    crate::iwarp::terminate::UntaggedCode::MsnNoBuffer,
+                                )));
+                            }
+                            *kick = true;
+                        }
+                    }
+                    Opcode::AtomicResponse => {
+                        let Some(FixedPayload::AtomicResponse(resp)) = d.header.fixed else { continue };
+                        // Responses come in request order: this one must
+                        // answer the oldest outstanding request, an Atomic.
+                        let unexpected = || {
+                            TermCode::RdmapRemoteOperation(
+                                crate::iwarp::terminate::RemoteOperationCode::UnexpectedOpcode,
+                            )
+                        };
+                        let Some((id, lkey, addr)) = qp::atomic_sink(qp) else {
+                            return Err(rx.receiver.reject(unexpected()));
+                        };
+                        if id != resp.request_id {
+                            return Err(rx.receiver.reject(unexpected()));
+                        }
+                        // The sink was checked when the request was sent; a
+                        // sink deregistered since then fails the request.
+                        let placed = check_remote(qp, lkey, addr, 8, Access::LOCAL_WRITE).is_ok_and(|m| {
+                            m.is_some_and(|m| {
+                                m.translate(addr, 8, |kva, n| {
+                                    let v = resp.original_value.to_ne_bytes();
+                                    // SAFETY: `kva` was resolved through the
+                                    // sink region just checked.
+                                    unsafe { kmem::copy_to(kva, v.get(..n).unwrap_or(&[])) };
+                                })
+                                .is_ok()
+                            })
+                        });
+                        if !placed {
+                            qp::fail_oldest(qp, WcStatus::LocProtErr);
+                            return Err(rx.receiver.reject(TermCode::RdmapLocalCatastrophic(0xff)));
+                        }
+                        qp::response_done(qp);
+                        *kick = true;
                     }
                     Opcode::RdmaReadResponse => {
                         if d.message_len.is_some() {
@@ -677,13 +818,13 @@ impl Conn {
                                     let _ = m.invalidate(inv);
                                 }
                             }
-                            qp::read_done(qp);
+                            qp::response_done(qp);
                             *kick = true;
                         }
                     }
                     Opcode::RdmaReadRequest => {
                         if let Some(job) = rx.read.take() {
-                            if qp::queue_response(qp, job).is_err() {
+                            if qp::queue_response(qp, Inbound::Read(job)).is_err() {
                                 return Err(rx.receiver.reject(TermCode::DdpUntagged(
                                     crate::iwarp::terminate::UntaggedCode::MsnNoBuffer,
                                 )));
@@ -705,7 +846,6 @@ impl Conn {
                         rx.peer_terminated = true;
                         return Ok(());
                     }
-                    _ => {}
                 },
             }
         }
@@ -826,6 +966,54 @@ impl SockHandler for Conn {
 
 fn local_catastrophic() -> TerminateRepr {
     TerminateRepr::new(TermCode::RdmapLocalCatastrophic(0xff))
+}
+
+/// Validates the target of an inbound Atomic Request: 8 aligned bytes of
+/// a region the peer may run atomics on. Like a Read Request's source, the
+/// Remote STag is RDMAP's to check (RFC 7306 follows RFC 5040 here), so a
+/// violation is an RDMAP Remote Protection error.
+fn check_atomic_target(qp: &Qp<SiwRs>, req: &AtomicRequest) -> core::result::Result<Arc<Mem>, TermCode> {
+    if !req.is_aligned() {
+        return Err(TermCode::RdmapRemoteOperation(
+            crate::iwarp::terminate::RemoteOperationCode::Unspecified,
+        ));
+    }
+    match check_remote(qp, req.remote_stag, req.remote_to, 8, Access::REMOTE_ATOMIC) {
+        Ok(Some(m)) => Ok(m),
+        Ok(None) => Err(read_source_code(AccessError::Bounds)),
+        Err(e) => Err(read_source_code(e)),
+    }
+}
+
+/// Runs an Atomic Request on its (checked) target; returns the original
+/// value. The update is one atomic read-modify-write of the word, so
+/// concurrent Atomics from any QP, and the CPU's own atomics, see it whole.
+fn execute_atomic(mem: &Mem, req: &AtomicRequest) -> core::result::Result<u64, AccessError> {
+    let mut original = None;
+    mem.translate(req.remote_to, 8, |kva, n| {
+        if original.is_none() && n == 8 && kva % 8 == 0 {
+            // SAFETY: `kva` was resolved through the region checked when
+            // the request arrived (which the job holds), is 8-byte aligned,
+            // and siw_rs touches a word only this way while running an
+            // Atomic.
+            original = Some(unsafe { kmem::update_u64(kva, |cur| req.apply(cur)) });
+        }
+    })?;
+    original.ok_or(AccessError::Bounds)
+}
+
+/// The RFC 7306 Immediate Data of a verbs immediate value (network order
+/// in memory): its four octets, then four zero octets.
+fn immediate_of(imm: u32) -> ImmediateData {
+    let mut data = [0u8; 8];
+    data[..4].copy_from_slice(&imm.to_ne_bytes());
+    ImmediateData { data }
+}
+
+/// The verbs immediate value (network order in memory) of received
+/// Immediate Data: its first four octets.
+fn imm_of(imm: &ImmediateData) -> u32 {
+    u32::from_ne_bytes([imm.data[0], imm.data[1], imm.data[2], imm.data[3]])
 }
 
 /// The TERMINATE code for a refused remote access to a tagged buffer.

@@ -33,3 +33,27 @@ pub(crate) unsafe fn slice<'a>(addr: u64, len: usize) -> &'a [u8] {
     // SAFETY: by the requirements.
     unsafe { core::slice::from_raw_parts(addr as usize as *const u8, len) }
 }
+
+/// Runs `f` on the 64-bit word at kernel virtual address `addr` as one
+/// atomic read-modify-write: `f` maps the current value to the new one
+/// (it may run more than once under contention). Returns the value `f`
+/// was finally applied to.
+///
+/// # Safety
+///
+/// `addr` must be 8-byte aligned, writable kernel memory of a registered
+/// region resolved by `Mem::translate`, valid for the call, and not
+/// accessed as non-atomic Rust data meanwhile.
+pub(crate) unsafe fn update_u64(addr: u64, f: impl Fn(u64) -> u64) -> u64 {
+    use core::sync::atomic::{AtomicU64, Ordering};
+    // SAFETY: by the requirements: aligned, valid and only accessed
+    // atomically for the lifetime of the reference (this call).
+    let word = unsafe { AtomicU64::from_ptr(addr as usize as *mut u64) };
+    let mut cur = word.load(Ordering::Acquire);
+    loop {
+        match word.compare_exchange_weak(cur, f(cur), Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return cur,
+            Err(v) => cur = v,
+        }
+    }
+}

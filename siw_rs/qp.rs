@@ -39,6 +39,7 @@ use crate::{
     },
 };
 use crate::conn::Conn;
+use crate::iwarp::rdmap::AtomicOp;
 use crate::{
     ffi,
     uverbs::{Ctrl, Ucontext, UserRing, RQE_WORDS, SQE_WORDS},
@@ -68,6 +69,12 @@ pub(crate) enum WqeOp {
     /// `invalidate_rkey`, but the kernel's rdma_rw sets it before it bumps
     /// the MR's key, so it is not used: the sink SGE's lkey is the STag.
     ReadInv { remote_addr: u64, rkey: u32 },
+    /// RDMA Write followed by an RFC 7306 Immediate Data message carrying
+    /// `imm` (network order) in its first four octets.
+    WriteImm { remote_addr: u64, rkey: u32, imm: u32 },
+    /// RFC 7306 Atomic Request; the original value lands in the first SGE
+    /// (8 bytes). `id` is the Request Identifier, set when it is sent.
+    Atomic { op: AtomicOp, remote_addr: u64, rkey: u32, data: u64, compare: u64, id: u32 },
     LocalInv(u32),
     RegMr { mem: Arc<Mem>, key: u8, access: Access, iova: u64, len: u64, page_size: u32 },
 }
@@ -76,8 +83,10 @@ impl WqeOp {
     fn wc_opcode(&self) -> WcOpcode {
         match self {
             Self::Send | Self::SendInv(_) => WcOpcode::Send,
-            Self::Write { .. } => WcOpcode::RdmaWrite,
+            Self::Write { .. } | Self::WriteImm { .. } => WcOpcode::RdmaWrite,
             Self::Read { .. } | Self::ReadInv { .. } => WcOpcode::RdmaRead,
+            Self::Atomic { op: AtomicOp::CmpSwap, .. } => WcOpcode::CompSwap,
+            Self::Atomic { .. } => WcOpcode::FetchAdd,
             Self::LocalInv(_) => WcOpcode::LocalInv,
             Self::RegMr { .. } => WcOpcode::RegMr,
         }
@@ -165,12 +174,16 @@ struct Inner {
     rq: Fifo<RecvWqe>,
     /// Sent WQEs awaiting completion in order: outbound RDMA Reads (until
     /// their response arrives) and everything sent after them (`true` once
-    /// it may complete).
+    /// it may complete). Its capacity is one more than the send queue's:
+    /// `sq` and `pending` together hold at most `max_send_wr` WQEs when a
+    /// WQE is queued (`sq_room`), and the transmitter holds at most one
+    /// more between taking it from `sq` and `sent`.
     pending: Fifo<(SendWqe, bool)>,
     /// Outbound Reads in flight (bounded by ORD).
     reads_out: u32,
-    /// Inbound Read Requests to answer (bounded by IRD).
-    inbound: Fifo<ReadJob>,
+    /// Inbound Read and Atomic Requests to answer, in order (bounded by
+    /// IRD).
+    inbound: Fifo<Inbound>,
     /// The connection while one is established.
     conn: Option<Arc<Conn>>,
     /// References the iWARP CM holds (`iw_add_ref`).
@@ -285,7 +298,7 @@ impl QpCore {
             ord: 0,
             sq: Fifo::new(attr.caps.max_send_wr)?,
             rq: Fifo::new(attr.caps.max_recv_wr)?,
-            pending: Fifo::new(attr.caps.max_send_wr)?,
+            pending: Fifo::new(attr.caps.max_send_wr.saturating_add(1))?,
             reads_out: 0,
             inbound: Fifo::new(MAX_IRD)?,
             conn: None,
@@ -418,7 +431,12 @@ fn pull_sq(qp: &Qp<SiwRs>, inner: &mut Inner, wakes: &mut Wakes) {
     let Some(mut avail) = ring_avail(&u.sq, inner.sq_next) else {
         return user_fault(qp, inner, wakes);
     };
-    while avail > 0 && inner.sq.len < inner.sq.slots.len() {
+    // In RTS an entry is taken only while it fits beside the WQEs still
+    // awaiting completion: the ring slot is the process's again once taken,
+    // so without this bound a process could post past `max_send_wr` behind
+    // an outstanding Read. The rest stays in the ring until `read_done`
+    // kicks the transmitter.
+    while avail > 0 && (inner.state == QpState::Err || sq_room(inner)) {
         avail -= 1;
         let w = take_entry::<SQE_WORDS>(&u.sq, &mut inner.sq_next);
         if inner.state == QpState::Err {
@@ -444,6 +462,13 @@ fn pull_sq(qp: &Qp<SiwRs>, inner: &mut Inner, wakes: &mut Wakes) {
             }
         }
     }
+}
+
+/// Whether another WQE fits the send queue: queued and sent-but-not-completed
+/// WQEs count together against `max_send_wr` (the outstanding-work limit of
+/// the verbs).
+fn sq_room(inner: &Inner) -> bool {
+    inner.sq.len + inner.pending.len < inner.sq.slots.len()
 }
 
 /// Takes the entries of a process's receive ring into the receive queue
@@ -680,9 +705,20 @@ fn make_wqe(core: &QpCore, wr: &SendWr<'_, SiwRs>) -> Result<SendWqe> {
     if wr.flags.inline {
         return Err(EINVAL);
     }
-    let is_read = matches!(wr.op, SendOp::Read { .. } | SendOp::ReadInv { .. });
+    let is_read = matches!(
+        wr.op,
+        SendOp::Read { .. } | SendOp::ReadInv { .. } | SendOp::CmpSwap { .. } | SendOp::FetchAdd { .. }
+    );
     let max = if is_read { crate::limits::MAX_SGE_RD } else { core.caps.max_send_sge };
     let (sges, nsge, len) = take_sges(wr.sges, max)?;
+    let atomic = |op, remote_addr, rkey, data, compare| {
+        // One 8-byte sink for the original value; the target must be
+        // naturally aligned (RFC 7306 section 5.1).
+        if nsge != 1 || len != 8 || remote_addr % 8 != 0 {
+            return Err(EINVAL);
+        }
+        Ok(WqeOp::Atomic { op, remote_addr, rkey, data, compare, id: 0 })
+    };
     let op = match wr.op {
         SendOp::Send => WqeOp::Send,
 
@@ -691,11 +727,15 @@ fn make_wqe(core: &QpCore, wr: &SendWr<'_, SiwRs>) -> Result<SendWqe> {
 
         SendOp::Read { remote_addr, rkey } => WqeOp::Read { remote_addr, rkey },
         SendOp::ReadInv { remote_addr, rkey, .. } => WqeOp::ReadInv { remote_addr, rkey },
-        // RFC 7306 atomics and immediate data are not implemented yet (the
-        // device does not advertise them).
-        SendOp::SendImm(_) | SendOp::WriteImm { .. } | SendOp::CmpSwap { .. } | SendOp::FetchAdd { .. } => {
-            return Err(crate::verbs::eopnotsupp())
+        SendOp::WriteImm { remote_addr, rkey, imm } => WqeOp::WriteImm { remote_addr, rkey, imm },
+        SendOp::CmpSwap { remote_addr, rkey, compare, swap } => {
+            atomic(AtomicOp::CmpSwap, remote_addr, rkey, swap, compare)?
         }
+        SendOp::FetchAdd { remote_addr, rkey, add } => atomic(AtomicOp::FetchAdd, remote_addr, rkey, add, 0)?,
+        // RFC 7306 has no Send with Immediate: its Immediate Data message
+        // takes a receive buffer of its own, so a Send followed by one would
+        // complete two receives (design.rst).
+        SendOp::SendImm(_) => return Err(crate::verbs::eopnotsupp()),
         SendOp::LocalInv(s) => WqeOp::LocalInv(s),
         SendOp::RegMr { mr, key, access } => {
             let (iova, len, page_size) = mr.mapping();
@@ -727,6 +767,7 @@ pub(crate) fn post_send(qp: &Qp<SiwRs>, wr: &SendWr<'_, SiwRs>) -> Result {
     let res = {
         let mut inner = core.inner.lock();
         match inner.state {
+            QpState::Rts if !sq_room(&inner) => Err(ENOMEM),
             QpState::Rts => inner.sq.push(wqe).map(|()| inner.conn.clone()),
             QpState::Err => {
                 flush_send(qp, &wqe, &mut wakes);
@@ -849,16 +890,35 @@ pub(crate) struct ReadJob {
     pub(crate) mem: Option<Arc<Mem>>,
 }
 
+/// An inbound RFC 7306 Atomic Request to execute and answer.
+pub(crate) struct AtomicJob {
+    pub(crate) req: crate::iwarp::rdmap::AtomicRequest,
+    /// The target region (checked: 8 aligned bytes, remote-atomic rights).
+    pub(crate) mem: Arc<Mem>,
+}
+
+/// An inbound request, answered in arrival order.
+pub(crate) enum Inbound {
+    Read(ReadJob),
+    Atomic(AtomicJob),
+}
+
 /// What the transmitter does next.
 pub(crate) enum Job {
-    /// Answer an inbound Read Request.
-    Response(ReadJob),
+    /// Answer an inbound Read or Atomic Request.
+    Response(Inbound),
     /// Transmit or execute a send WQE.
     Wqe(SendWqe),
 }
 
 fn is_read(op: &WqeOp) -> bool {
     matches!(op, WqeOp::Read { .. } | WqeOp::ReadInv { .. })
+}
+
+/// Whether the WQE completes only when the peer's response arrives (Read,
+/// Atomic): these count against the ORD and hold later completions back.
+fn awaits_response(op: &WqeOp) -> bool {
+    is_read(op) || matches!(op, WqeOp::Atomic { .. })
 }
 
 /// The next job, while in RTS: Read Responses first, then the send queue
@@ -880,14 +940,16 @@ fn next_job_locked(qp: &Qp<SiwRs>, wakes: &mut Wakes) -> Option<Job> {
     }
     if inner.sq.len == 0 {
         pull_sq(qp, &mut inner, wakes);
-        while inner.sq.len == 0 && inner.state == QpState::Rts && !sq_idle(qp, &inner) {
+        // With no room (Reads outstanding fill `pending`), the ring is not
+        // idle: `read_done` kicks the transmitter, which pulls again.
+        while inner.sq.len == 0 && inner.state == QpState::Rts && sq_room(&inner) && !sq_idle(qp, &inner) {
             pull_sq(qp, &mut inner, wakes);
         }
     }
     let (fence, read) = {
         let head = inner.sq.slots.get(inner.sq.head).and_then(|s| s.as_ref());
         match head {
-            Some(w) if inner.sq.len > 0 => (w.fence, is_read(&w.op)),
+            Some(w) if inner.sq.len > 0 => (w.fence, awaits_response(&w.op)),
             _ => return None,
         }
     };
@@ -906,7 +968,7 @@ fn next_job_locked(qp: &Qp<SiwRs>, wakes: &mut Wakes) -> Option<Job> {
 pub(crate) fn sent(qp: &Qp<SiwRs>, w: SendWqe) {
     let mut inner = qp.data().inner.lock();
     if inner.state == QpState::Rts {
-        if is_read(&w.op) {
+        if awaits_response(&w.op) {
             if inner.pending.len < inner.pending.slots.len() {
                 inner.reads_out += 1;
                 let _ = inner.pending.push((w, false));
@@ -921,30 +983,25 @@ pub(crate) fn sent(qp: &Qp<SiwRs>, w: SendWqe) {
     complete_send(qp, w, WcStatus::Success);
 }
 
-/// The response of the oldest outstanding Read arrived completely.
-/// Completes it and what waited behind it; returns its sink STag if it
-/// asked for a local invalidation (done by the caller first).
-pub(crate) fn read_done(qp: &Qp<SiwRs>) -> bool {
+/// Index in `pending` of the oldest request still awaiting its response.
+fn oldest_outstanding(inner: &Inner) -> Option<usize> {
+    let cap = inner.pending.slots.len();
+    (0..inner.pending.len).map(|k| (inner.pending.head + k) % cap).find(|&i| {
+        matches!(inner.pending.slots.get(i), Some(Some((_, false))))
+    })
+}
+
+/// The response to the oldest outstanding request (whose kind the caller
+/// checked through [`read_sink`] or [`atomic_sink`]) arrived completely.
+/// Completes it and what waited behind it; `false` if none was outstanding.
+pub(crate) fn response_done(qp: &Qp<SiwRs>) -> bool {
     {
         let mut inner = qp.data().inner.lock();
-        let head = inner.pending.head;
-        let cap = inner.pending.slots.len();
-        let mut found = false;
-        for k in 0..inner.pending.len {
-            let mut i = head + k;
-            if i >= cap {
-                i -= cap;
-            }
-            if let Some(Some((w, d))) = inner.pending.slots.get_mut(i) {
-                if !*d && is_read(&w.op) {
-                    *d = true;
-                    found = true;
-                    break;
-                }
-            }
-        }
-        if !found {
+        let Some(i) = oldest_outstanding(&inner) else {
             return false;
+        };
+        if let Some(Some((_, d))) = inner.pending.slots.get_mut(i) {
+            *d = true;
         }
         inner.reads_out = inner.reads_out.saturating_sub(1);
     }
@@ -966,27 +1023,37 @@ pub(crate) fn read_done(qp: &Qp<SiwRs>) -> bool {
     true
 }
 
-/// The sink of the oldest outstanding Read: (lkey, addr, len, the STag to
-/// invalidate when it completes).
+/// The sink of the oldest outstanding request if it is a Read: (lkey,
+/// addr, len, the STag to invalidate when it completes). Responses come
+/// back in request order, so a Read Response for anything else is a
+/// protocol error.
 pub(crate) fn read_sink(qp: &Qp<SiwRs>) -> Option<(u32, u64, u32, Option<u32>)> {
     let inner = qp.data().inner.lock();
-    let head = inner.pending.head;
-    let cap = inner.pending.slots.len();
-    for k in 0..inner.pending.len {
-        let mut i = head + k;
-        if i >= cap {
-            i -= cap;
-        }
-        if let Some(Some((w, false))) = inner.pending.slots.get(i) {
-            let s = w.sges.first().copied().unwrap_or_default();
-            let inv = matches!(w.op, WqeOp::ReadInv { .. }).then_some(s.lkey);
-            return Some((s.lkey, s.addr, w.len, inv));
-        }
+    let i = oldest_outstanding(&inner)?;
+    let Some(Some((w, _))) = inner.pending.slots.get(i) else { return None };
+    if !is_read(&w.op) {
+        return None;
     }
-    None
+    let s = w.sges.first().copied().unwrap_or_default();
+    let inv = matches!(w.op, WqeOp::ReadInv { .. }).then_some(s.lkey);
+    Some((s.lkey, s.addr, w.len, inv))
 }
 
-/// Whether another inbound Read Request fits the IRD.
+/// The oldest outstanding request if it is an Atomic: (Request
+/// Identifier, sink lkey, sink address) of its 8-byte result.
+pub(crate) fn atomic_sink(qp: &Qp<SiwRs>) -> Option<(u32, u32, u64)> {
+    let inner = qp.data().inner.lock();
+    let i = oldest_outstanding(&inner)?;
+    match inner.pending.slots.get(i) {
+        Some(Some((w @ SendWqe { op: WqeOp::Atomic { id, .. }, .. }, _))) => {
+            let s = w.sges.first().copied().unwrap_or_default();
+            Some((*id, s.lkey, s.addr))
+        }
+        _ => None,
+    }
+}
+
+/// Whether another inbound Read or Atomic Request fits the IRD.
 pub(crate) fn inbound_room(qp: &Qp<SiwRs>) -> bool {
     let inner = qp.data().inner.lock();
     inner.state == QpState::Rts && inner.inbound.len < usize::try_from(inner.ird.max(1)).unwrap_or(1)
@@ -1002,8 +1069,8 @@ pub(crate) fn fail_oldest(qp: &Qp<SiwRs>, status: WcStatus) {
     }
 }
 
-/// Queues an inbound Read Request; `Err` beyond the IRD.
-pub(crate) fn queue_response(qp: &Qp<SiwRs>, job: ReadJob) -> core::result::Result<(), ()> {
+/// Queues an inbound Read or Atomic Request; `Err` beyond the IRD.
+pub(crate) fn queue_response(qp: &Qp<SiwRs>, job: Inbound) -> core::result::Result<(), ()> {
     let mut inner = qp.data().inner.lock();
     if inner.inbound.len >= usize::try_from(inner.ird.max(1)).unwrap_or(1) {
         return Err(());
@@ -1129,8 +1196,22 @@ pub(crate) fn pop_recv(qp: &Qp<SiwRs>) -> Option<RecvWqe> {
     inner.rq.pop()
 }
 
+/// How a receive WQE was consumed.
+#[derive(Clone, Copy)]
+pub(crate) enum RecvKind {
+    /// By a Send; the peer invalidated this STag if given.
+    Send { invalidated: Option<u32> },
+    /// By an Immediate Data message (after an RDMA Write of `len` octets);
+    /// the immediate value in network order.
+    Immediate(u32),
+}
+
 /// Completes a receive WQE.
-pub(crate) fn complete_recv(qp: &Qp<SiwRs>, w: RecvWqe, status: WcStatus, len: u32, solicited: bool, inv: Option<u32>) {
+pub(crate) fn complete_recv(qp: &Qp<SiwRs>, w: RecvWqe, status: WcStatus, len: u32, solicited: bool, kind: RecvKind) {
+    let (opcode, imm, inv) = match kind {
+        RecvKind::Send { invalidated } => (WcOpcode::Recv, None, invalidated),
+        RecvKind::Immediate(v) => (WcOpcode::RecvRdmaWithImm, Some(v), None),
+    };
     let mut wakes = Wakes::none();
     {
         let mut inner = qp.data().inner.lock();
@@ -1138,11 +1219,11 @@ pub(crate) fn complete_recv(qp: &Qp<SiwRs>, w: RecvWqe, status: WcStatus, len: u
         let wc = Wc {
             wr_id: w.wr_id,
             status,
-            opcode: WcOpcode::Recv,
+            opcode,
             byte_len: len,
             qp: qp.id(),
             qp_num: qp.qp_num(),
-            imm: None,
+            imm,
             invalidated: inv,
         };
         Wakes::merge(&mut wakes.recv, cq::push(qp.recv_cq(), wc, solicited));

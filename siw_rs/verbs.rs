@@ -111,6 +111,8 @@ impl Access {
     pub(crate) const REMOTE_WRITE: u32 = ffi::IB_ACCESS_REMOTE_WRITE;
     /// The peer may RDMA Read from the region.
     pub(crate) const REMOTE_READ: u32 = ffi::IB_ACCESS_REMOTE_READ;
+    /// The peer may run RFC 7306 Atomic operations on the region.
+    pub(crate) const REMOTE_ATOMIC: u32 = ffi::IB_ACCESS_REMOTE_ATOMIC;
 
     /// Whether every bit of `bits` is granted.
     pub(crate) fn allows(self, bits: u32) -> bool {
@@ -119,7 +121,7 @@ impl Access {
 }
 
 /// A send-queue operation with its operation-specific fields.
-#[allow(dead_code, reason = "RFC 7306 operations are decoded; the driver refuses them until implemented")]
+#[allow(dead_code, reason = "Send with Immediate is decoded; the driver refuses it (design.rst)")]
 pub(crate) enum SendOp<'a, T: Driver> {
     /// Send.
     Send,
@@ -221,6 +223,8 @@ pub(crate) enum WcOpcode {
     RegMr = ffi::IB_WC_REG_MR,
     /// A received Send.
     Recv = ffi::IB_WC_RECV,
+    /// A received RDMA Write with Immediate Data (RFC 7306).
+    RecvRdmaWithImm = ffi::IB_WC_RECV_RDMA_WITH_IMM,
 }
 
 /// A work completion, as the driver keeps it in its CQ ring.

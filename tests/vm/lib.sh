@@ -105,7 +105,12 @@ server_port() {
 		case $prev in --listen) echo "${a##*:}"; return ;; -p) echo "$a"; return ;; esac
 		prev=$a
 	done
-	case "$*" in *rping*) echo 7174 ;; *rdma_server* | *ucmatose*) echo 7471 ;; *) echo 18515 ;; esac
+	case "$*" in
+	*rping*) echo 7174 ;;
+	*rdma_server* | *ucmatose*) echo 7471 ;;
+	*rfc7306*) echo "${@: -1}" ;; # rfc7306 server ADDR PORT
+	*) echo 18515 ;;
+	esac
 }
 
 # wait_listen NS PORT: waits (up to 20 s) until something listens on PORT

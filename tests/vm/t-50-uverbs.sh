@@ -149,6 +149,20 @@ test_50_sigkill_releases_everything() {
 		-- "$WP" rping -c -a 10.55.0.1 -C 5 -S 512 -V || return 1
 }
 
+# RFC 7306 through the verbs API (tests/vm/rfc7306.c): fetch-and-add and
+# compare-and-swap return the right original values and leave the right
+# target values, Writes with Immediate Data complete receives with the
+# sender's immediate value and the written octets in place, a misaligned
+# atomic is a failed verb call, and an atomic on a region without
+# remote-atomic rights completes with REM_ACCESS_ERR and changes nothing.
+test_56_rfc7306_atomics_and_immediate_data() {
+	uverbs_pair
+	server_client h1 h2 120 -- "$WP" build/rfc7306 server 10.55.0.1 7176 \
+		-- "$WP" build/rfc7306 client 10.55.0.1 7176 || return 1
+	grep -q 'server: all checks passed' /tmp/server.log || fail_because "server did not pass its checks" || return 1
+	grep -q 'client: all checks passed' /tmp/client.log || fail_because "client did not pass its checks" || return 1
+}
+
 # A process that writes garbage into its own send ring (tests/vm/ring-fault.c)
 # fails only its own QP: the garbage is refused with LOC_QP_OP_ERR and the
 # QP goes to ERROR, while a well-behaved rping pair on the same devices

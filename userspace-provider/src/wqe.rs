@@ -82,8 +82,11 @@ enum Payload {
 
 fn payload_of(sqe: &Sqe) -> Result<Payload, Errno> {
     Ok(match sqe.opcode as u32 {
+        // RFC 7306 has no Send with Immediate (its Immediate Data message
+        // takes a receive of its own); the kernel refuses it, and refusing
+        // it here keeps the QP usable.
+        sys::SIW_RS_OP_SEND_IMM => return Err(ENOTSUP),
         sys::SIW_RS_OP_SEND
-        | sys::SIW_RS_OP_SEND_IMM
         | sys::SIW_RS_OP_SEND_INV
         | sys::SIW_RS_OP_WRITE
         | sys::SIW_RS_OP_WRITE_IMM => Payload::SgesOrInline,
@@ -198,6 +201,16 @@ fn to_sges(
 /// Sets the SGE list of a send queue entry (replacing any payload).
 pub fn set_sges(sqe: &mut Sqe, sges: &[ibv_sge], limits: &Limits) -> Result<(), Errno> {
     if payload_of(sqe)? == Payload::None && !sges.is_empty() {
+        return Err(EINVAL);
+    }
+    let atomic = matches!(
+        sqe.opcode as u32,
+        sys::SIW_RS_OP_ATOMIC_CMP_SWP | sys::SIW_RS_OP_ATOMIC_FETCH_ADD
+    );
+    // An atomic returns the original value into one 8-byte buffer, and its
+    // target must be naturally aligned (RFC 7306); the kernel would fail
+    // the QP for either, so the verb call fails instead.
+    if atomic && (sges.len() != 1 || sges[0].length != 8 || sqe.remote_addr % 8 != 0) {
         return Err(EINVAL);
     }
     let (sge, n) = to_sges(sges, limits.max_sge)?;
@@ -445,6 +458,31 @@ mod tests {
         let mut inv = new_sqe(1, SendOp::LocalInv { stag: 3 }, 0);
         assert_eq!(set_sges(&mut inv, &seven[..1], &L), Err(EINVAL));
         assert_eq!(set_sges(&mut inv, &[], &L), Ok(()));
+    }
+
+    /// Atomics take one 8-byte result buffer and an aligned target; Send
+    /// with Immediate is refused (RFC 7306 has none); all before the ring.
+    #[test]
+    fn atomic_and_immediate_checks() {
+        let fa = |remote_addr| new_sqe(1, SendOp::FetchAdd { remote_addr, rkey: 2, add: 3 }, 0);
+        let cs = |remote_addr| new_sqe(1, SendOp::CmpSwp { remote_addr, rkey: 2, compare: 3, swap: 4 }, 0);
+        for mut s in [fa(0x1008), cs(0x1008)] {
+            assert_eq!(set_sges(&mut s, &[sge(0x10, 8, 1)], &L), Ok(()));
+            assert_eq!(sges_of(&s), vec![(0x10, 8, 1)]);
+            assert_eq!(set_sges(&mut s, &[sge(0x10, 4, 1)], &L), Err(EINVAL));
+            assert_eq!(set_sges(&mut s, &[sge(0x10, 4, 1), sge(0x20, 4, 1)], &L), Err(EINVAL));
+            assert_eq!(set_sges(&mut s, &[], &L), Err(EINVAL));
+            assert_eq!(set_inline(&mut s, [&[0u8; 8][..]], &L), Err(EINVAL));
+        }
+        for mut s in [fa(0x1004), cs(0x1001)] {
+            assert_eq!(set_sges(&mut s, &[sge(0x10, 8, 1)], &L), Err(EINVAL));
+        }
+        let mut s = new_sqe(1, SendOp::SendImm { imm: 1 }, 0);
+        assert_eq!(set_sges(&mut s, &[sge(0x10, 8, 1)], &L), Err(ENOTSUP));
+        assert_eq!(set_inline(&mut s, [&b"x"[..]], &L), Err(ENOTSUP));
+        let mut w = new_sqe(1, SendOp::WriteImm { remote_addr: 3, rkey: 2, imm: 1 }, 0);
+        assert_eq!(set_sges(&mut w, &[sge(0x10, 5, 1)], &L), Ok(()));
+        assert_eq!(set_inline(&mut w, [&b"x"[..]], &L), Ok(()));
     }
 
     #[test]
