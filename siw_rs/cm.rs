@@ -17,7 +17,8 @@ use crate::{
     device::SiwRs,
     ib::Device,
     iw::{CmEvent, CmEventKind, CmId, ConnParam},
-    iwarp::mpa::{EnhancedConfig, Event, Handshake, MpaConfig, Negotiated, FRAME_HEADER_LEN, MAX_FRAME_LEN},
+    iwarp::mpa::{CrcPolicy, EnhancedConfig, Event, Handshake, MpaConfig, Negotiated, FRAME_HEADER_LEN, MAX_FRAME_LEN},
+    mpa_settings::{MpaKnobs, MpaSettings},
     limits::{MAX_IRD, MAX_ORD},
     net::{ffi_err, Net, SockAddr, SockHandler, SockRef, Socket},
     qp,
@@ -37,12 +38,22 @@ pub(crate) const MPA_TIMEOUT_MS: u32 = 10_000;
 /// Most MPA handshakes one listener runs at once (and at most its backlog).
 const MAX_PENDING_HANDSHAKES: i32 = 64;
 
-fn mpa_config(ird: u32, ord: u32, private_data: &[u8]) -> MpaConfig<'_> {
+/// The MPA configuration of a handshake: revision 2 with the RFC 6581
+/// IRD/ORD block, the device's CRC and marker settings, and markers
+/// inserted into what this side sends whenever the peer asks.
+fn mpa_config(s: MpaSettings, ird: u32, ord: u32, private_data: &[u8]) -> MpaConfig<'_> {
     let ird = u16::try_from(ird.min(MAX_IRD)).unwrap_or(0);
     let ord = u16::try_from(ord.min(MAX_ORD)).unwrap_or(0);
     let mut e = EnhancedConfig::new(ird, ord);
     e.ird_max = u16::try_from(MAX_IRD).unwrap_or(0);
-    MpaConfig { enhanced: Some(e), private_data, ..MpaConfig::default() }
+    MpaConfig {
+        enhanced: Some(e),
+        private_data,
+        crc: if s.crc { CrcPolicy::On } else { CrcPolicy::PreferOff },
+        markers_rx: s.markers,
+        markers_tx: true,
+        ..MpaConfig::default()
+    }
 }
 
 /// Reads exactly `buf.len()` octets.
@@ -93,6 +104,7 @@ pub(crate) fn connect(dev: &Device<SiwRs>, id: CmId, qp: &Qp<SiwRs>, p: &ConnPar
     let mut pd = KVec::new();
     pd.extend_from_slice(p.private_data, GFP_KERNEL)?;
     let (ird, ord) = (p.ird, p.ord);
+    let mpa = dev.data().mpa_knobs().get();
     let qpp = crate::conn::QpPtr::new(qp);
     // The QP stays alive: the CM holds a reference (`iw_add_ref`) until
     // the CONNECT_REPLY is delivered.
@@ -100,7 +112,7 @@ pub(crate) fn connect(dev: &Device<SiwRs>, id: CmId, qp: &Qp<SiwRs>, p: &ConnPar
         let qp = qpp.qp();
         let local = id.local_addr();
         let remote = id.remote_addr();
-        match active(net, &id, qp, ird, ord, &pd) {
+        match active(net, &id, qp, mpa, ird, ord, &pd) {
             Ok((conn, neg, reply_pd)) => {
                 let (l, r) = conn.addrs();
                 let mut ev = event(CmEventKind::ConnectReply, 0, l, r, &reply_pd);
@@ -120,7 +132,7 @@ pub(crate) fn connect(dev: &Device<SiwRs>, id: CmId, qp: &Qp<SiwRs>, p: &ConnPar
 
 type ActiveErr = (Error, KVec<u8>);
 
-fn active(net: Net, id: &CmId, qp: &Qp<SiwRs>, ird: u32, ord: u32, pd: &[u8]) -> core::result::Result<(Arc<Conn>, Negotiated, KVec<u8>), ActiveErr> {
+fn active(net: Net, id: &CmId, qp: &Qp<SiwRs>, mpa: MpaSettings, ird: u32, ord: u32, pd: &[u8]) -> core::result::Result<(Arc<Conn>, Negotiated, KVec<u8>), ActiveErr> {
     let fail = |e: Error| (e, KVec::new());
     let remote = id.remote_addr();
     let local = id.local_addr();
@@ -130,7 +142,7 @@ fn active(net: Net, id: &CmId, qp: &Qp<SiwRs>, ird: u32, ord: u32, pd: &[u8]) ->
         sock.bind(&local).map_err(fail)?;
     }
     sock.connect(&remote).map_err(fail)?;
-    let cfg = mpa_config(ird, ord, pd);
+    let cfg = mpa_config(mpa, ird, ord, pd);
     let mut out = [0u8; MAX_FRAME_LEN];
     let (hs, n) = Handshake::initiator(&cfg, &mut out).map_err(|_| fail(EINVAL))?;
     sock.send_all(&[out.get(..n).unwrap_or(&[])]).map_err(fail)?;
@@ -168,6 +180,8 @@ pub(crate) struct Listener {
     /// connections and sending nothing cannot tie up every worker.
     pending: AtomicU32,
     max_pending: u32,
+    /// The device's MPA settings, read at each handshake.
+    mpa: Arc<MpaKnobs>,
     #[pin]
     attached: Mutex<Option<crate::net::Attached<Listener>>>,
 }
@@ -237,7 +251,7 @@ impl Listener {
     fn passive(&self, sock: Socket) {
         sock.set_timeouts(MPA_TIMEOUT_MS, MPA_TIMEOUT_MS);
         let res = (|| -> Result<()> {
-            let cfg = mpa_config(MAX_IRD, MAX_ORD, &[]);
+            let cfg = mpa_config(self.mpa.get(), MAX_IRD, MAX_ORD, &[]);
             let mut hs = KBox::new(Handshake::responder(&cfg), GFP_KERNEL)?;
             let mut frame = KBox::new([0u8; MAX_FRAME_LEN], GFP_KERNEL)?;
             let (ird, ord, pd_copy) = match read_frame(&sock, &mut hs, &mut frame) {
@@ -338,6 +352,7 @@ pub(crate) fn create_listen(dev: &Device<SiwRs>, id: CmId, backlog: i32) -> Resu
             stopped: AtomicBool::new(false),
             pending: AtomicU32::new(0),
             max_pending: u32::try_from(backlog.clamp(1, MAX_PENDING_HANDSHAKES)).unwrap_or(1),
+            mpa: dev.data().mpa_knobs().clone(),
             attached <- new_mutex!(None),
         }),
         GFP_KERNEL,

@@ -30,6 +30,8 @@ use kernel::{
     sync::{Arc, Mutex},
 };
 
+use crate::mpa_settings::MpaKnobs;
+
 /// The siw_rs driver.
 pub(crate) struct SiwRs;
 
@@ -52,6 +54,8 @@ pub(crate) struct DeviceData {
     qps: Arc<IrqSpinLock<QpTable>>,
     /// Listening endpoints.
     listeners: Arc<Mutex<KVec<Option<Arc<Listener>>>>>,
+    /// MPA settings (sysfs), shared with the listeners.
+    mpa: Arc<MpaKnobs>,
 }
 
 impl DeviceData {
@@ -59,6 +63,11 @@ impl DeviceData {
     pub(crate) fn net(&self, dev: &Device<SiwRs>) -> Result<Net> {
         let nd = dev.netdev(PORT).ok_or(ENODEV)?;
         Ok(Net::of(&nd))
+    }
+
+    /// The device's MPA settings.
+    pub(crate) fn mpa_knobs(&self) -> &Arc<MpaKnobs> {
+        &self.mpa
     }
 
     /// The interface index of the device's netdev.
@@ -158,6 +167,7 @@ fn create(name: &CStr, netdev: &NetDevice, key: usize) -> Result {
         counts: Counts::default(),
         qps: Arc::pin_init(new_irq_spinlock!(QpTable::new()?, "siw_rs_qpn"), GFP_KERNEL)?,
         listeners: Arc::pin_init(new_mutex!(KVec::new()), GFP_KERNEL)?,
+        mpa: Arc::new(MpaKnobs::default(), GFP_KERNEL)?,
     };
 
     let mut dev = Device::<SiwRs>::new(&crate::THIS_MODULE, data)?;

@@ -179,7 +179,54 @@ static ssize_t siw_rs_abi_show(struct device *dev, struct device_attribute *attr
 	return sysfs_emit(buf, "%d\n", SIW_RS_ABI_VERSION);
 }
 static DEVICE_ATTR_RO(siw_rs_abi);
-static struct attribute *siw_rs_attrs[] = { &dev_attr_siw_rs_abi.attr, NULL };
+
+/* Per-device MPA settings: 0 or 1, read by every new connection. */
+static ssize_t mpa_show(struct device *dev, char *buf, int which)
+{
+	int v = siw_rs_mpa_attr_get(rdma_device_to_ibdev(dev), which);
+
+	return v < 0 ? v : sysfs_emit(buf, "%d\n", v);
+}
+
+static ssize_t mpa_store(struct device *dev, const char *buf, size_t count, int which)
+{
+	int v, err = kstrtoint(buf, 0, &v);
+
+	if (!err)
+		err = siw_rs_mpa_attr_set(rdma_device_to_ibdev(dev), which, v);
+	return err ? err : count;
+}
+
+static ssize_t mpa_crc_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	return mpa_show(dev, buf, SIW_RS_MPA_ATTR_CRC);
+}
+
+static ssize_t mpa_crc_store(struct device *dev, struct device_attribute *attr,
+			     const char *buf, size_t count)
+{
+	return mpa_store(dev, buf, count, SIW_RS_MPA_ATTR_CRC);
+}
+static DEVICE_ATTR_RW(mpa_crc);
+
+static ssize_t mpa_markers_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	return mpa_show(dev, buf, SIW_RS_MPA_ATTR_MARKERS);
+}
+
+static ssize_t mpa_markers_store(struct device *dev, struct device_attribute *attr,
+				 const char *buf, size_t count)
+{
+	return mpa_store(dev, buf, count, SIW_RS_MPA_ATTR_MARKERS);
+}
+static DEVICE_ATTR_RW(mpa_markers);
+
+static struct attribute *siw_rs_attrs[] = {
+	&dev_attr_siw_rs_abi.attr,
+	&dev_attr_mpa_crc.attr,
+	&dev_attr_mpa_markers.attr,
+	NULL
+};
 const struct attribute_group siw_rs_h_attr_group = { .attrs = siw_rs_attrs };
 
 struct ib_udata *siw_rs_h_bundle_udata(struct uverbs_attr_bundle *attrs)

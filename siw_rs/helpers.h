@@ -69,4 +69,12 @@ void siw_rs_h_umem_put(struct siw_rs_umem *u);
 void siw_rs_h_registry_lock(void);
 void siw_rs_h_registry_unlock(void);
 
+/* Per-device MPA settings in sysfs (mpa_settings.rs implements them). */
+enum siw_rs_mpa_attr {
+	SIW_RS_MPA_ATTR_CRC = 0,
+	SIW_RS_MPA_ATTR_MARKERS = 1,
+};
+int siw_rs_mpa_attr_get(struct ib_device *ib, int which);
+int siw_rs_mpa_attr_set(struct ib_device *ib, int which, int value);
+
 #endif

@@ -27,6 +27,7 @@ mod kmem;
 mod limits;
 mod link;
 mod mem;
+mod mpa_settings;
 mod net;
 mod netdev;
 mod qp;

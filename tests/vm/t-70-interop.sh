@@ -91,3 +91,54 @@ test_72_hostile_peer_gets_the_rfc_terminate() {
 	server_client h1 h2 120 -- "$WP" rping -s -a 10.55.0.1 -C 5 -S 1024 -V \
 		-- "$PEER" client --connect 10.55.0.1:7174 --count 5 --size 1024 --verify || return 1
 }
+
+# mpa_set DEV crc markers: the per-device MPA settings in sysfs.
+mpa_set() {
+	echo "$2" > "/sys/class/infiniband/$1/mpa_crc" && echo "$3" > "/sys/class/infiniband/$1/mpa_markers"
+}
+
+# Per-device MPA settings (sysfs mpa_crc, mpa_markers): bad values are
+# refused; the peer sees what siw_rs asked for, and verified rping data
+# crosses connections with CRC and markers in each direction: siw_rs
+# receiving markers it asked for, siw_rs inserting markers a peer asked
+# for, siw_rs on both ends, and CRC with upstream siw both ways round.
+test_73_mpa_crc_and_markers_settings() {
+	peer_topology rs1 siw_rs
+	local f=/sys/class/infiniband/rs1
+	[ "$(cat $f/mpa_crc) $(cat $f/mpa_markers)" = "0 0" ] || fail_because "defaults are not 0 0" || return 1
+	if echo 2 > $f/mpa_crc 2>/dev/null || echo x > $f/mpa_markers 2>/dev/null; then
+		fail_because "sysfs accepted a value other than 0 or 1"
+		return 1
+	fi
+	[ "$(cat $f/mpa_crc) $(cat $f/mpa_markers)" = "0 0" ] || fail_because "a refused write changed a setting" || return 1
+
+	echo "    rs1 asks for CRC and markers; iwarp-peer client asks for neither"
+	mpa_set rs1 1 1
+	server_client h1 h2 120 -- "$WP" rping -s -a 10.55.0.1 -C 10 -S 4096 -V \
+		-- "$PEER" client --connect 10.55.0.1:7174 --count 10 --size 4096 --verify -v || return 1
+	grep -q 'CRC on, markers rx false tx true' /tmp/client.log ||
+		fail_because "the peer did not negotiate CRC and markers towards rs1" || return 1
+
+	echo "    rs1 asks for nothing; iwarp-peer client asks for CRC and markers"
+	mpa_set rs1 0 0
+	server_client h1 h2 120 -- "$WP" rping -s -a 10.55.0.1 -C 10 -S 4096 -V \
+		-- "$PEER" client --connect 10.55.0.1:7174 --count 10 --size 4096 --verify -v --crc on --markers || return 1
+	grep -q 'CRC on, markers rx true' /tmp/client.log ||
+		fail_because "rs1 did not agree to insert markers" || return 1
+
+	echo "    siw_rs on both ends, each asking for markers, rs2 for CRC"
+	ip netns exec h2 rdma link add rs2 type siw_rs netdev veth2
+	mpa_set rs1 0 1
+	mpa_set rs2 1 1
+	server_client h1 h2 120 -- "$WP" rping -s -a 10.55.0.1 -C 20 -S 10000 -V \
+		-- "$WP" rping -c -a 10.55.0.1 -C 20 -S 10000 -V || return 1
+
+	echo "    CRC with upstream siw, both ways round"
+	rdma link del rs2
+	ip netns exec h2 rdma link add siw2 type siw netdev veth2
+	mpa_set rs1 1 0
+	server_client h1 h2 120 -- "$WP" rping -s -a 10.55.0.1 -C 10 -S 4096 -V \
+		-- "$WP" rping -c -a 10.55.0.1 -C 10 -S 4096 -V || return 1
+	server_client h2 h1 120 -- "$WP" rping -s -a 10.55.0.2 -C 10 -S 4096 -V \
+		-- "$WP" rping -c -a 10.55.0.2 -C 10 -S 4096 -V || return 1
+}
