@@ -111,6 +111,10 @@ const FLAG_C: u8 = 0x40;
 const FLAG_R: u8 = 0x20;
 const FLAG_S: u8 = 0x10;
 const FLAG_RES_MASK: u8 = 0x0F;
+/// The Res bit upstream siw uses to say "this side accepts FPDUs larger
+/// than one TCP segment" (its `MPA_RR_FLAG_GSO_EXP`); siw_rs uses it with
+/// the same meaning.
+pub const RES_LARGE_FPDUS: u8 = 0x08;
 
 const ENH_P2P: u16 = 0x8000; // A, in the IRD word
 const ENH_SEND_RTR: u16 = 0x4000; // B, in the IRD word
@@ -744,6 +748,9 @@ pub struct MpaConfig<'a> {
     /// At most 512 octets, 508 in enhanced mode; siw accepts at most 256
     /// octets including the 4-octet IRD/ORD block.
     pub private_data: &'a [u8],
+    /// Res bits (low nibble) to send in this side's frame, e.g.
+    /// [`RES_LARGE_FPDUS`]; other bits are ignored. Zero by default.
+    pub reserved: u8,
 }
 
 impl Default for MpaConfig<'_> {
@@ -760,6 +767,7 @@ impl Default for MpaConfig<'_> {
             markers_tx: false,
             enhanced: Some(EnhancedConfig::new(0, 0)),
             private_data: &[],
+            reserved: 0,
         }
     }
 }
@@ -788,6 +796,8 @@ pub struct Negotiated {
     /// zero-length message as its first FPDU, and the responder must not
     /// send FPDUs before it has received it.
     pub rtr: Option<Rtr>,
+    /// The Res bits of the peer's frame (e.g. [`RES_LARGE_FPDUS`]).
+    pub peer_reserved: u8,
 }
 
 /// Role in the MPA handshake.
@@ -869,6 +879,7 @@ struct Policy {
     markers_rx: bool,
     markers_tx: bool,
     enhanced: Option<EnhancedConfig>,
+    reserved: u8,
 }
 
 /// What the initiator put into its Request.
@@ -900,6 +911,8 @@ struct Pending {
     /// The Request's IRD/ORD block, when enhanced mode is used.
     enhanced: Option<EnhancedData>,
     rtr: Option<Rtr>,
+    /// The Request's Res bits.
+    reserved: u8,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1074,6 +1087,7 @@ impl Handshake {
                 markers_rx: config.markers_rx,
                 markers_tx: config.markers_tx,
                 enhanced: config.enhanced,
+                reserved: config.reserved,
             },
             state,
             rx: [0; MAX_FRAME_LEN],
@@ -1107,7 +1121,7 @@ impl Handshake {
                 markers: config.markers_rx,
                 crc: config.crc == CrcPolicy::On,
                 reject: false,
-                reserved: 0,
+                reserved: config.reserved & FLAG_RES_MASK,
             },
             revision: config.revision,
             enhanced,
@@ -1330,6 +1344,7 @@ impl Handshake {
             ord,
             p2p: rtr.is_some(),
             rtr,
+            peer_reserved: f.flags.reserved,
         };
         self.negotiated = Some(n);
         self.state = HandshakeState::Established;
@@ -1371,6 +1386,7 @@ impl Handshake {
             markers_tx: f.flags.markers,
             enhanced,
             rtr,
+            reserved: f.flags.reserved,
         });
         self.state = HandshakeState::AwaitingDecision;
         Ok(Outcome::Request)
@@ -1418,7 +1434,7 @@ impl Handshake {
                 markers: p.markers_rx,
                 crc: pend.crc,
                 reject: false,
-                reserved: 0,
+                reserved: p.reserved & FLAG_RES_MASK,
             },
             revision: pend.revision,
             enhanced: block,
@@ -1435,6 +1451,7 @@ impl Handshake {
             ord: n_ord,
             p2p: pend.rtr.is_some(),
             rtr: pend.rtr,
+            peer_reserved: pend.reserved,
         };
         self.negotiated = Some(neg);
         self.state = HandshakeState::Established;
@@ -2538,6 +2555,28 @@ mod tests {
             assert!(n.enhanced && !n.crc && !n.markers_rx && !n.markers_tx && !n.p2p);
             assert_eq!(n.rtr, None);
         }
+    }
+
+    /// Res bits travel both ways and are reported to the other side only
+    /// (siw's "accepts large FPDUs" bit).
+    #[test]
+    fn reserved_bits_reach_the_peer() {
+        let large = MpaConfig { reserved: RES_LARGE_FPDUS, ..MpaConfig::default() };
+        let plain = MpaConfig::default();
+        for (ic, rc, want_i, want_r) in [
+            (&large, &large, RES_LARGE_FPDUS, RES_LARGE_FPDUS),
+            (&large, &plain, 0, RES_LARGE_FPDUS),
+            (&plain, &large, RES_LARGE_FPDUS, 0),
+            (&plain, &plain, 0, 0),
+        ] {
+            let (i, r) = run(ic, rc, 0, 0);
+            assert_eq!(i.unwrap().peer_reserved, want_i);
+            assert_eq!(r.unwrap().peer_reserved, want_r);
+        }
+        // Only the low nibble is Res; other bits of the setting are dropped.
+        let odd = MpaConfig { reserved: 0xf3, ..MpaConfig::default() };
+        let (i, r) = run(&odd, &odd, 0, 0);
+        assert_eq!((i.unwrap().peer_reserved, r.unwrap().peer_reserved), (0x03, 0x03));
     }
 
     #[test]

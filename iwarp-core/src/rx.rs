@@ -1979,6 +1979,7 @@ mod tests {
             ord: 1,
             p2p: false,
             rtr: None,
+            peer_reserved: 0,
         };
         let c = RxConfig::from_negotiated(&n, Extensions::ALL);
         assert_eq!(c.markers, Some(0));

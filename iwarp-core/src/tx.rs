@@ -2610,6 +2610,7 @@ mod tests {
             ord: 1,
             p2p: false,
             rtr: None,
+            peer_reserved: 0,
         };
         let c = TxConfig::from_negotiated(&n, 1400, Extensions::NONE);
         assert_eq!(

@@ -209,6 +209,7 @@ impl Side {
             markers_tx: self.flags & F_MARKERS_TX != 0,
             enhanced: self.enhanced(),
             private_data: pd,
+            reserved: 0,
         }
     }
 

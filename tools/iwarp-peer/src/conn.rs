@@ -85,6 +85,7 @@ impl MpaOptions {
             markers_tx: self.markers_tx,
             enhanced,
             private_data: &self.private_data,
+            reserved: 0,
         }
     }
 }
