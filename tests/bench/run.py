@@ -1,0 +1,662 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: GPL-2.0
+"""make bench, guest side: run inside the perf-kernel VM by scripts/bench.
+
+    tests/bench/run.py              run the matrix, write build/bench/results.json
+    tests/bench/run.py --estimate   print "INVOCATIONS SECONDS" of the plan (host, no root)
+    tests/bench/run.py --quick      the quick subset (also SIW_RS_BENCH_QUICK=1)
+
+Pairs (server in netns h1 on veth1, client in netns h2 on veth2, see
+scripts/topology):
+
+    siw_rs   rs1 (siw_rs)  <-  rs2 (siw_rs)
+    siw      siw1 (siw)    <-  siw2 (siw)
+    mixed    rs1 (siw_rs)  <-  siw2 (siw)
+    tcp      iperf3 -s     <-  iperf3 -c     (same veth, no RDMA)
+
+Two iWARP devices cannot share a netdev here (both drivers' listeners want
+the same TCP port, rdma_listen fails), so each pair gets its devices created
+before its tests and deleted after. The matrix runs in rounds: round r runs
+every pair once through every test that wants at least r runs, so slow drift
+of the (emulated) machine spreads over all pairs instead of hitting one.
+
+Every invocation has a timeout; a failure becomes an error entry of that run
+and the bench goes on. results.json is rewritten after every run, so a VM
+that dies half way still leaves what it measured ("complete": false).
+
+Environment: SIW_RS_KO (siw_rs.ko to load), SIW_RS_BENCH_QUICK=1,
+SIW_RS_BENCH_RUNS (runs of the headline rows, default 3; quick 1),
+SIW_RS_BENCH_RUNS_OTHER (runs of the other rows, default 1),
+SIW_RS_BENCH_DURATION (perftest -D and iperf3 -t seconds, default 5),
+SIW_RS_BENCH_MARGIN (perftest -f, default 1), SIW_RS_BENCH_LAT_ITERS
+(latency iterations, default 2000), SIW_RS_BENCH_COMMIT / _DIRTY (from the
+host; git in the guest otherwise).
+
+Only the Python standard library: the guest is the host's root file system,
+and /usr/bin/python3 is Debian's.
+"""
+
+import datetime
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+OUT = os.path.join(REPO, "build", "bench")
+RAW = os.path.join(OUT, "raw")
+WP = os.path.join(REPO, "userspace-provider", "with-provider")
+SERVER_IP = "10.55.0.1"
+
+# (pair name, (server driver, server device), (client driver, client device))
+PAIRS = [
+    ("siw_rs", ("siw_rs", "rs1"), ("siw_rs", "rs2")),
+    ("siw", ("siw", "siw1"), ("siw", "siw2")),
+    ("mixed", ("siw_rs", "rs1"), ("siw", "siw2")),
+]
+
+BW_TOOLS = ["ib_write_bw", "ib_read_bw", "ib_send_bw"]
+LAT_TOOLS = ["ib_write_lat", "ib_send_lat"]
+BW_SIZES = [64, 4096, 65536, 1048576]
+LAT_SIZES = [2, 4096]
+
+# The same kernel-log patterns tests/vm/lib.sh fails a VM test on.
+BAD_DMESG = re.compile(
+    r"WARNING:|BUG:|KASAN|UBSAN|Oops|general protection|possible recursive locking|"
+    r"circular locking|inconsistent lock state|INFO: task .* blocked|rust_panic|"
+    r"panicked at|unreferenced object|refcount_t:|list_add corruption|list_del corruption")
+
+# Rough wall time per invocation beyond its measured seconds (process start,
+# perftest's clock calibration, RDMA CM connect, teardown) under TCG on the
+# perf kernel, measured on a 2-core host; for the estimate only.
+OVERHEAD_S = 11.0
+
+# Extra attempts of a run whose perftest could not calibrate its clock.
+RETRIES = 2
+
+
+def env_int(name, default):
+    v = os.environ.get(name, "")
+    return int(v) if v.strip() else default
+
+
+class Settings:
+    def __init__(self, quick):
+        self.quick = quick
+        self.runs = env_int("SIW_RS_BENCH_RUNS", 1 if quick else 3)
+        # The full matrix with 3 runs everywhere takes over an hour under
+        # TCG: by default only the headline rows (the issue's targets) get
+        # SIW_RS_BENCH_RUNS, the others one run.
+        self.runs_other = env_int("SIW_RS_BENCH_RUNS_OTHER", min(self.runs, 1))
+        self.duration = env_int("SIW_RS_BENCH_DURATION", 5)
+        self.margin = env_int("SIW_RS_BENCH_MARGIN", 1)
+        self.lat_iters = env_int("SIW_RS_BENCH_LAT_ITERS", 2000)
+        if self.duration < 2 * self.margin + 1:
+            sys.exit("run.py: SIW_RS_BENCH_DURATION must be at least 2 * SIW_RS_BENCH_MARGIN + 1")
+
+    def as_dict(self):
+        return {
+            "quick": self.quick, "runs": self.runs, "runs_other": self.runs_other,
+            "duration_s": self.duration, "margin_s": self.margin,
+            "measured_window_s": self.duration - 2 * self.margin,
+            "lat_iters": self.lat_iters,
+            "pairs": {p: {"server": s[1], "client": c[1]} for p, s, c in PAIRS},
+        }
+
+
+def size_name(n):
+    if n >= 1 << 20 and n % (1 << 20) == 0:
+        return "%d MiB" % (n >> 20)
+    if n >= 1 << 10 and n % (1 << 10) == 0:
+        return "%d KiB" % (n >> 10)
+    return "%d B" % n
+
+
+class Test:
+    """One row of the matrix: a perftest tool at a size and QP count, or iperf3."""
+
+    def __init__(self, kind, tool, size=0, qps=1, headline=False):
+        self.kind, self.tool, self.size, self.qps, self.headline = kind, tool, size, qps, headline
+
+    @property
+    def key(self):
+        if self.kind == "tcp":
+            return "iperf3"
+        return "%s %s q%d" % (self.tool, size_name(self.size), self.qps)
+
+    def runs(self, st):
+        return st.runs if self.headline else st.runs_other
+
+    def as_dict(self):
+        return {"key": self.key, "kind": self.kind, "tool": self.tool,
+                "size": self.size, "qps": self.qps, "headline": self.headline}
+
+
+def matrix(st):
+    """The tests, RDMA ones (run per pair) and the TCP one."""
+    def head(tool, size, qps):
+        # The rows the issue's targets are about; the others may get fewer runs.
+        return qps == 1 and (size == 65536 or (tool == "ib_write_bw" and size == 64))
+    if st.quick:
+        rdma = [Test("bw", t, 65536, 1, True) for t in BW_TOOLS]
+        rdma += [Test("lat", "ib_write_lat", 2, 1, True), Test("bw", "ib_write_bw", 64, 1, True)]
+    else:
+        rdma = [Test("bw", t, s, q, head(t, s, q)) for t in BW_TOOLS for s in BW_SIZES for q in (1, 4)]
+        rdma += [Test("lat", t, s, 1, s == 2) for t in LAT_TOOLS for s in LAT_SIZES]
+    return rdma, Test("tcp", "iperf3", headline=True)
+
+
+def plan(st):
+    """[(round, pair or None, test)] in execution order."""
+    rdma, tcp = matrix(st)
+    rounds = max([t.runs(st) for t in rdma] + [tcp.runs(st)])
+    out = []
+    for r in range(rounds):
+        for pair in PAIRS:
+            out += [(r, pair, t) for t in rdma if r < t.runs(st)]
+        if r < tcp.runs(st):
+            out.append((r, None, tcp))
+    return out
+
+
+def expected_seconds(st, p):
+    total = 0.0
+    for _, pair, t in p:
+        if t.kind == "lat":
+            # siw at ~70 us (2 B) on the perf kernel; allow 4x for the others.
+            total += OVERHEAD_S + st.lat_iters * 300e-6
+        else:
+            total += OVERHEAD_S + st.duration
+    return total + 30  # boot, module load
+
+
+# --- helpers -----------------------------------------------------------------
+
+def sh(*cmd, check=False, timeout=60):
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=timeout)
+    if check and r.returncode != 0:
+        raise RuntimeError("%s: exit %d: %s" % (" ".join(cmd), r.returncode, r.stdout.strip()))
+    return r
+
+
+def log(msg):
+    print("bench: %s" % msg, flush=True)
+
+
+def proc_stat():
+    """The aggregate cpu line of /proc/stat, in clock ticks."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    v += [0] * (10 - len(v))
+    names = ["user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice"]
+    return dict(zip(names, v))
+
+
+def cpu_delta(a, b):
+    hz = os.sysconf("SC_CLK_TCK")
+    d = {k: (b[k] - a[k]) / hz for k in a}
+    # guest and guest_nice are already counted in user and nice.
+    total = sum(d[k] for k in ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal"))
+    busy = total - d["idle"] - d["iowait"]
+    return {
+        "busy_s": round(busy, 3),
+        "kernel_s": round(d["system"] + d["irq"] + d["softirq"], 3),
+        "user_s": round(d["user"] + d["nice"], 3),
+        "total_s": round(total, 3),
+    }
+
+
+def wire_bytes():
+    """Octets through veth2 (h2's end) both ways, or None."""
+    r = sh("ip", "-n", "h2", "-j", "-s", "link", "show", "dev", "veth2")
+    try:
+        st = json.loads(r.stdout)[0]["stats64"]
+        return st["rx"]["bytes"] + st["tx"]["bytes"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None
+
+
+def dmesg_lines():
+    r = sh("dmesg")
+    return r.stdout.splitlines()
+
+
+class Proc:
+    """A process in its own session (so its whole tree can be killed), output to a file."""
+
+    def __init__(self, cmd, logfile):
+        self.cmd = cmd
+        self.f = open(logfile, "w")
+        self.p = subprocess.Popen(cmd, stdout=self.f, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL, start_new_session=True)
+        self.killed = False
+
+    def wait(self, timeout):
+        """Exit status; kills the tree (TERM, then KILL) when it overruns."""
+        try:
+            rc = self.p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.killed = True
+            self.kill()
+            rc = self.p.returncode
+        self.f.close()
+        return rc
+
+    def kill(self):
+        for sig, grace in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+            try:
+                os.killpg(self.p.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                self.p.wait(timeout=grace)
+                return
+            except subprocess.TimeoutExpired:
+                pass
+
+
+def listening(ns, port):
+    r = sh("ip", "netns", "exec", ns, "ss", "-Hltn", "sport = :%d" % port)
+    return bool(r.stdout.strip())
+
+
+def wait_listen(ns, port, server, limit=30.0):
+    """Until something listens on PORT in NS (or the server died, or LIMIT)."""
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        if listening(ns, port):
+            return True
+        if server.p.poll() is not None:
+            return False
+        time.sleep(0.1)
+    return False
+
+
+def tail(path, n=6):
+    try:
+        with open(path, errors="replace") as f:
+            return [l.rstrip() for l in f.readlines()[-n:]]
+    except OSError:
+        return []
+
+
+# --- output parsing ----------------------------------------------------------
+
+NUM = r"([0-9]+(?:\.[0-9]+)?)"
+MIB = 1 << 20
+
+
+def parse_bw(text, size):
+    """The result line of an ib_*_bw run: bytes, iterations, peak, average MiB/s, Mpps."""
+    # Not anchored at the end: an error printed without a newline may follow
+    # ("0.002419Failed to disconnect RDMA CM connection.").
+    m = re.search(r"^\s*%d\s+([0-9]+)\s+%s\s+%s\s+%s" % (size, NUM, NUM, NUM), text, re.M)
+    if not m:
+        return None
+    iters, _peak, avg, mpps = int(m.group(1)), float(m.group(2)), float(m.group(3)), float(m.group(4))
+    # perftest's "MB/sec" is MiB/s (2^20); report decimal MB/s like iperf3.
+    return {"mb_s": round(avg * MIB / 1e6, 4), "mpps": mpps, "iterations": iters}
+
+
+def parse_lat(text, size):
+    """The result line of an ib_*_lat run in iteration mode (t_typical is the median)."""
+    hdr = re.search(r"^\s*#bytes\s+#iterations\s+(.*)$", text, re.M)
+    if not hdr:
+        return None
+    cols = re.findall(r"(t_\w+|99(?:\.9)?% percentile)", hdr.group(1))
+    m = re.search(r"^\s*%d\s+([0-9]+)\s+(.*)$" % size, text[hdr.end():], re.M)
+    if not m:
+        return None
+    d = {}
+    for c, x in zip(cols, m.group(2).split()):
+        try:
+            d[c] = float(x)  # t_stdev may be "-nan"
+        except ValueError:
+            pass
+    d = {c: v for c, v in d.items() if v == v}
+    if "t_typical" not in d:
+        return None
+    out = {"lat_typical_us": d["t_typical"], "iterations": int(m.group(1))}
+    for k, name in (("t_min", "lat_min_us"), ("t_max", "lat_max_us"), ("t_avg", "lat_avg_us"),
+                    ("99% percentile", "lat_p99_us"), ("99.9% percentile", "lat_p999_us")):
+        if k in d:
+            out[name] = d[k]
+    return out
+
+
+def parse_iperf3(text):
+    try:
+        j = json.loads(text)
+        s = j["end"]["sum_received"]
+        return {"mb_s": round(s["bytes"] / s["seconds"] / 1e6, 4), "bytes": s["bytes"],
+                "seconds": s["seconds"], "retransmits": j["end"]["sum_sent"].get("retransmits")}
+    except (ValueError, KeyError, TypeError, ZeroDivisionError):
+        return None
+
+
+# --- devices -----------------------------------------------------------------
+
+def del_links():
+    r = sh("rdma", "link", "show")
+    for line in r.stdout.splitlines():
+        f = line.split()
+        if len(f) > 1 and f[0] == "link":
+            sh("rdma", "link", "del", f[1].split("/")[0])
+
+
+def setup_pair(pair):
+    """Creates the pair's two devices; returns an error string or None."""
+    del_links()
+    _, (sdrv, sdev), (cdrv, cdev) = pair
+    for ns, netdev, drv, dev in (("h1", "veth1", sdrv, sdev), ("h2", "veth2", cdrv, cdev)):
+        r = sh("ip", "netns", "exec", ns, "rdma", "link", "add", dev, "type", drv, "netdev", netdev)
+        if r.returncode != 0:
+            return "rdma link add %s type %s: %s" % (dev, drv, r.stdout.strip())
+    return None
+
+
+# --- one run -------------------------------------------------------------------
+
+class Bench:
+    def __init__(self, st):
+        self.st = st
+        self.runs = []
+        self.kernel_log = []
+        self.seq = 0
+        self.started = time.time()
+        self.meta = {}
+        self.rdma_tests, self.tcp_test = matrix(st)
+
+    def run_one(self, rnd, pair, test, pair_error):
+        """One run of TEST on PAIR; retried when perftest could not calibrate its clock."""
+        self.seq += 1
+        pname = pair[0] if pair else "tcp"
+        tag = "%03d-%s-%s-%s-q%d-r%d" % (self.seq, pname, test.tool, test.size, test.qps, rnd + 1)
+        rec = {"seq": self.seq, "test": test.key, "kind": test.kind, "tool": test.tool,
+               "size": test.size, "qps": test.qps, "pair": pname, "run": rnd + 1, "ok": False}
+        if pair_error:
+            rec["error"] = pair_error
+            return rec
+        for attempt in range(1, RETRIES + 2):
+            t = tag if attempt == 1 else "%s-a%d" % (tag, attempt)
+            r = self.attempt(dict(rec, log="raw/%s.client.log" % t), pair, test, t, attempt)
+            r["attempts"] = attempt
+            if not r.get("clock_failure"):
+                break
+        return r
+
+    def attempt(self, rec, pair, test, tag, attempt):
+        st = self.st
+        # A fresh port every time: a killed server's listener may linger.
+        port = (18515 if pair else 5201) + (self.seq * (RETRIES + 1) + attempt) % 900
+        slog = os.path.join(RAW, tag + ".server.log")
+        clog = os.path.join(RAW, tag + ".client.log")
+        sns, cns = "h1", "h2"
+
+        if test.kind == "tcp":
+            scmd = ["iperf3", "-s", "-1", "-B", SERVER_IP, "-p", str(port)]
+            ccmd = ["iperf3", "-c", SERVER_IP, "-p", str(port), "-t", str(st.duration), "--json"]
+            climit = st.duration + 60
+        else:
+            _, (_, sdev), (_, cdev) = pair
+            args = ["-R", "-p", str(port), "-s", str(test.size)]
+            if test.kind == "bw":
+                args += ["-D", str(st.duration), "-f", str(st.margin), "-q", str(test.qps)]
+                # Duration mode counts a completion as cq_mod messages (default
+                # 100): signal every message where fewer than ~100 completions
+                # would fall into the window.
+                if test.size >= 4096:
+                    args += ["-Q", "1"]
+                climit = st.duration + 60
+            else:
+                args += ["-n", str(st.lat_iters)]
+                climit = 180
+            scmd = [WP, test.tool, "-d", sdev] + args
+            ccmd = [WP, test.tool, "-d", cdev] + args + [SERVER_IP]
+        rec["server_cmd"] = " ".join(scmd)
+        rec["client_cmd"] = " ".join(ccmd)
+
+        d0 = len(dmesg_lines())
+        ts = time.monotonic()
+        server = Proc(["ip", "netns", "exec", sns] + scmd, slog)
+        if not wait_listen(sns, port, server):
+            # Go on: the client's error (or success) says more than a guess.
+            rec["warning"] = "nothing listened on port %d within 30 s" % port
+        s0, w0, t0 = proc_stat(), wire_bytes(), time.monotonic()
+        client = Proc(["ip", "netns", "exec", cns] + ccmd, clog)
+        crc = client.wait(climit)
+        s1, w1, t1 = proc_stat(), wire_bytes(), time.monotonic()
+        src = server.wait(20)
+        wire = w1 - w0 if w0 is not None and w1 is not None else None
+        rec.update({"rc_client": crc, "rc_server": src, "wall_s": round(t1 - t0, 3),
+                    "listen_s": round(t0 - ts, 3), "server_after_s": round(time.monotonic() - t1, 3),
+                    "cpu": cpu_delta(s0, s1), "wire_bytes": wire})
+        if wire is not None:
+            # Over the client's whole life (setup included): a lower bound,
+            # and a check of perftest's own clock.
+            rec["wire_mb_s"] = round(wire / (t1 - t0) / 1e6, 4)
+        if client.killed:
+            rec["client_timeout"] = climit
+        if server.killed:
+            rec["server_killed"] = True
+
+        with open(clog, errors="replace") as f:
+            text = f.read()
+        if test.kind == "tcp":
+            res = parse_iperf3(text)
+        elif test.kind == "bw":
+            res = parse_bw(text, test.size)
+        else:
+            res = parse_lat(text, test.size)
+        if res:
+            rec.update(res)
+            rec["ok"] = True
+            if wire and test.kind != "lat":
+                # Octets on the veth both ways (headers and acks included),
+                # over the same window as the CPU sample.
+                cpu = rec["cpu"]
+                rec["cpu_s_per_gb"] = round(cpu["busy_s"] / (wire / 1e9), 3)
+                rec["kernel_cpu_s_per_gb"] = round(cpu["kernel_s"] / (wire / 1e9), 3)
+        if "Can't produce a report" in text:
+            # perftest's cycles-per-microsecond regression failed (a busy host
+            # under TCG): an infrastructure failure, worth another attempt.
+            rec["clock_failure"] = True
+        complaints = [l.strip() for l in text.splitlines()
+                      if re.search(r"fail|error|unable|errno|can't|cannot", l, re.I)]
+        if not rec["ok"]:
+            rec["error"] = "client timed out after %d s" % climit if client.killed else \
+                "client exited %s" % crc if crc != 0 else "no result line in the client output"
+            if complaints:
+                rec["error"] += ": " + "; ".join(complaints[:3])
+            rec["client_tail"] = tail(clog)
+            rec["server_tail"] = tail(slog)
+        else:
+            warn = []
+            if crc != 0:
+                warn.append("client exited %s after its report%s" % (
+                    crc, ": " + "; ".join(complaints[:3]) if complaints else ""))
+            if src != 0:
+                warn.append("server exited %s%s" % (src, " (killed)" if server.killed else ""))
+            if warn:
+                rec["warning"] = "; ".join(([rec["warning"]] if "warning" in rec else []) + warn)
+
+        new = dmesg_lines()[d0:]
+        if new:
+            rec["dmesg"] = "raw/%s.dmesg" % tag
+            with open(os.path.join(RAW, tag + ".dmesg"), "w") as f:
+                f.write("\n".join(new) + "\n")
+            notes = [l for l in new if "siw" in l]
+            if notes and not rec["ok"]:
+                rec["kernel_notes"] = notes[:8]
+        bad = [l for l in new if BAD_DMESG.search(l)]
+        if bad:
+            rec["kernel_log"] = bad[:20]
+            self.kernel_log.append({"seq": self.seq, "test": test.key, "pair": rec["pair"],
+                                    "lines": new[-80:]})
+        return rec
+
+    def describe(self, rec):
+        if rec["ok"]:
+            if rec["kind"] == "lat":
+                v = "%.2f us typical" % rec["lat_typical_us"]
+            else:
+                v = "%.2f MB/s" % rec["mb_s"]
+                if rec["kind"] == "bw":
+                    v += ", %.6f Mpps" % rec["mpps"]
+            if "cpu_s_per_gb" in rec:
+                v += ", %.1f CPU-s/GB" % rec["cpu_s_per_gb"]
+        else:
+            v = "ERROR: " + rec.get("error", "?")
+        w = " [%s]" % rec["warning"] if "warning" in rec else ""
+        k = " [kernel log: %s]" % rec["kernel_log"][0] if "kernel_log" in rec else ""
+        return "%-7s %-26s run %d: %s%s%s" % (rec["pair"], rec["test"], rec["run"], v, w, k)
+
+    def run(self):
+        p = plan(self.st)
+        log("%d invocations, expected about %d min" % (len(p), expected_seconds(self.st, p) / 60))
+        cur = None
+        pair_error = None
+        for i, (rnd, pair, test) in enumerate(p):
+            if pair is not None and pair is not cur:
+                cur = pair
+                pair_error = setup_pair(pair)
+                if pair_error:
+                    log("pair %s: %s" % (pair[0], pair_error))
+            if pair is None:
+                del_links()
+                cur = None
+            rec = self.run_one(rnd, pair, test, pair_error if pair else None)
+            self.runs.append(rec)
+            log("[%d/%d] %s" % (i + 1, len(p), self.describe(rec)))
+            self.write(complete=False)
+        del_links()
+        self.write(complete=True)
+
+    # --- results ---------------------------------------------------------------
+
+    def summary(self):
+        rows = []
+        tests = self.rdma_tests + [self.tcp_test]
+        for t in tests:
+            pairs = ["tcp"] if t.kind == "tcp" else [p[0] for p in PAIRS]
+            for pname in pairs:
+                rs = [r for r in self.runs if r["test"] == t.key and r["pair"] == pname]
+                if not rs:
+                    continue
+                ok = [r for r in rs if r["ok"]]
+                row = dict(t.as_dict(), pair=pname, n=len(ok), errors=len(rs) - len(ok))
+                metric = "lat_typical_us" if t.kind == "lat" else "mb_s"
+                row["metric"] = metric
+                row["unit"] = "us" if t.kind == "lat" else "MB/s"
+                for name in (metric, "mpps", "cpu_s_per_gb", "kernel_cpu_s_per_gb",
+                             "wire_mb_s", "lat_avg_us", "lat_p99_us"):
+                    vals = [r[name] for r in ok if name in r]
+                    if vals:
+                        row[name] = {"median": statistics.median(vals), "min": min(vals),
+                                     "max": max(vals), "values": vals}
+                if row["errors"]:
+                    row["error_messages"] = sorted({r.get("error", "?") for r in rs if not r["ok"]})
+                rows.append(row)
+        return rows
+
+    def write(self, complete):
+        doc = {
+            "complete": complete,
+            "elapsed_s": round(time.time() - self.started, 1),
+            "meta": self.meta,
+            "settings": self.st.as_dict(),
+            "summary": self.summary(),
+            "runs": self.runs,
+            "kernel_log": self.kernel_log,
+        }
+        tmp = os.path.join(OUT, "results.json.tmp")
+        with open(tmp, "w") as f:
+            json.dump(doc, f, indent=1)
+            f.write("\n")
+        os.replace(tmp, os.path.join(OUT, "results.json"))
+
+
+def collect_meta(st):
+    def first(cmd):
+        try:
+            return sh(*cmd).stdout.strip().splitlines()[0]
+        except (OSError, IndexError, subprocess.SubprocessError):
+            return None
+    commit = os.environ.get("SIW_RS_BENCH_COMMIT") or first(
+        ["git", "-C", REPO, "rev-parse", "--short", "HEAD"])
+    model = None
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    with open("/proc/meminfo") as f:
+        mem_kb = int(f.readline().split()[1])
+    ko = os.environ.get("SIW_RS_KO", "")
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "commit": commit,
+        "dirty": os.environ.get("SIW_RS_BENCH_DIRTY") == "1",
+        "kernel_release": os.uname().release,
+        "kernel_version": os.uname().version,
+        "vcpus": os.cpu_count(),
+        "cpu_model": model,
+        "memory_mib": mem_kb // 1024,
+        "siw_rs_ko": os.path.relpath(ko, REPO) if ko else None,
+        # build/<flavour>/siw_rs/siw_rs.ko, the module's build matches the kernel's flavour
+        "flavour": os.path.relpath(ko, REPO).split(os.sep)[1] if ko.startswith(REPO + "/build/") else None,
+        "perftest": first(["dpkg-query", "-W", "-f=${Version}", "perftest"]),
+        "iperf3": first(["iperf3", "--version"]),
+        # "qemu" under TCG, "kvm" with KVM (--vm: the root fs may be a container's).
+        "hypervisor": first(["systemd-detect-virt", "--vm"]),
+    }
+
+
+def main():
+    args = sys.argv[1:]
+    quick = os.environ.get("SIW_RS_BENCH_QUICK", "0") not in ("", "0") or "--quick" in args
+    st = Settings(quick)
+    if "--estimate" in args:
+        p = plan(st)
+        print("%d %d" % (len(p), expected_seconds(st, p)))
+        return 0
+
+    ko = os.environ.get("SIW_RS_KO")
+    if not ko:
+        sys.exit("run.py: SIW_RS_KO must name the siw_rs.ko to load")
+    os.makedirs(RAW, exist_ok=True)
+    os.chdir(REPO)
+    sh("dmesg", "-n", "1")
+
+    b = Bench(st)
+    b.meta = collect_meta(st)
+    log("kernel %s, %s vCPUs, commit %s%s, %s" % (
+        b.meta["kernel_release"], b.meta["vcpus"], b.meta["commit"],
+        " (dirty)" if b.meta["dirty"] else "", "quick" if quick else "full"))
+    sh("scripts/topology", "down")
+    sh("scripts/topology", "up", check=True)
+    r = sh("insmod", ko)
+    if r.returncode != 0 and "File exists" not in r.stdout:
+        log("insmod %s failed: %s" % (ko, r.stdout.strip()))
+    r = sh("modprobe", "siw")
+    if r.returncode != 0:
+        log("modprobe siw failed: %s" % r.stdout.strip())
+    try:
+        b.run()
+    finally:
+        del_links()
+        sh("rmmod", "siw_rs")
+        sh("rmmod", "siw")
+        sh("scripts/topology", "down")
+    ok = sum(1 for r in b.runs if r["ok"])
+    log("done: %d of %d runs ok, %d s" % (ok, len(b.runs), time.time() - b.started))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
