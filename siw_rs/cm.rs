@@ -17,7 +17,7 @@ use crate::{
     device::SiwRs,
     ib::Device,
     iw::{CmEvent, CmEventKind, CmId, ConnParam},
-    iwarp::mpa::{CrcPolicy, EnhancedConfig, Event, Handshake, MpaConfig, Negotiated, FRAME_HEADER_LEN, MAX_FRAME_LEN},
+    iwarp::mpa::{CrcPolicy, EnhancedConfig, RES_LARGE_FPDUS, Event, Handshake, MpaConfig, Negotiated, FRAME_HEADER_LEN, MAX_FRAME_LEN},
     mpa_settings::{MpaKnobs, MpaSettings},
     limits::{MAX_IRD, MAX_ORD},
     net::{ffi_err, Net, SockAddr, SockHandler, SockRef, Socket},
@@ -52,6 +52,8 @@ fn mpa_config(s: MpaSettings, ird: u32, ord: u32, private_data: &[u8]) -> MpaCon
         crc: if s.crc { CrcPolicy::On } else { CrcPolicy::PreferOff },
         markers_rx: s.markers,
         markers_tx: true,
+        // siw_rs receives FPDUs of any length.
+        reserved: RES_LARGE_FPDUS,
         ..MpaConfig::default()
     }
 }

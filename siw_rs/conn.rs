@@ -30,7 +30,7 @@ use crate::{
     iw::{CmEvent, CmEventKind, CmId},
     iwarp::{
         crc32c::SoftCrc32c,
-        mpa::Negotiated,
+        mpa::{Negotiated, RES_LARGE_FPDUS},
         rdmap::{AtomicOp, AtomicRequest, AtomicResponse, Extensions, ImmediateData, Opcode},
         rx::{FixedPayload, Receiver, RxConfig, RxError, RxEvent, Target},
         terminate::{RemoteProtectionCode, TaggedCode, TermCode, TerminateRepr},
@@ -92,10 +92,9 @@ struct Rx {
     recv: Option<(RecvWqe, [Option<Arc<Mem>>; qp::NSGE])>,
     /// The region of the tagged message in progress.
     tagged: Option<Arc<Mem>>,
-    /// A validated inbound Read Request awaiting its segment's CRC.
-    read: Option<ReadJob>,
-    /// A validated inbound Atomic Request awaiting its segment's CRC.
-    atomic: Option<AtomicJob>,
+    /// A validated inbound Read or Atomic Request awaiting its segment's
+    /// CRC.
+    inbound: Option<Inbound>,
     /// Length of the last RDMA Write received: the byte count of the
     /// receive an Immediate Data message after it completes.
     write_len: u32,
@@ -244,9 +243,27 @@ pub(crate) struct Conn {
     access_error: AtomicBool,
 }
 
-/// Largest ULPDU (DDP segment) this side sends: one that fits a typical
-/// Ethernet MSS. Larger FPDUs (GSO) are a later optimisation.
+/// Largest ULPDU (DDP segment) this side sends to a peer that expects
+/// FPDUs aligned to TCP segments: one that fits a typical Ethernet MSS.
 const MULPDU: u16 = 1448 - 6 - 2;
+
+/// Largest ULPDU sent to a peer that accepts FPDUs spanning many TCP
+/// segments (its MPA frame carries `RES_LARGE_FPDUS`, as siw_rs's does and
+/// upstream siw's does with its `try_gso`): the largest ULPDU_Length that
+/// keeps the FPDU a multiple of four octets. TCP then sends each FPDU as
+/// one GSO super-packet, and both ends handle one header per ~64 KiB
+/// instead of one per segment. Not with markers, whose every-512-octet
+/// pieces would not fit one transmit batch.
+const MULPDU_LARGE: u16 = u16::MAX - 3;
+
+/// The ULPDU size for a connection.
+fn mulpdu_for(neg: &Negotiated) -> u16 {
+    if neg.peer_reserved & RES_LARGE_FPDUS != 0 && !neg.markers_tx {
+        MULPDU_LARGE
+    } else {
+        MULPDU
+    }
+}
 
 impl Conn {
     /// Creates the connection for `qp` over `sock` with the outcome of the
@@ -257,7 +274,7 @@ impl Conn {
         // answers them with a TERMINATE, Unexpected OpCode).
         let rxc = RxConfig::from_negotiated(&neg, Extensions::ALL);
         let receiver = KBox::new(Receiver::new(rxc, SoftCrc32c::new()), GFP_KERNEL)?;
-        let txc = TxConfig::from_negotiated(&neg, MULPDU, Extensions::ALL);
+        let txc = TxConfig::from_negotiated(&neg, mulpdu_for(&neg), Extensions::ALL);
         let batch = KBox::new(TxBatch::new(), GFP_KERNEL)?;
         let (local, remote) = (sock.local_addr(), sock.peer_addr());
         let conn = Arc::pin_init(
@@ -273,8 +290,7 @@ impl Conn {
                     receiver,
                     recv: None,
                     tagged: None,
-                    read: None,
-                    atomic: None,
+                    inbound: None,
                     write_len: 0,
                     peer_terminated: false,
                     peer_code: None,
@@ -338,6 +354,20 @@ impl Conn {
         }
     }
 
+    /// Transmits now, on the calling thread, unless a transmit is already
+    /// running (which then picks the new work up). Only where sleeping is
+    /// allowed: a process's doorbell system call. Saves the hand-over to a
+    /// worker (a wake-up and a context switch per burst), which dominates
+    /// small-message latency; a large burst is sent until the socket is
+    /// full, after which the write-space callback continues in a worker.
+    pub(crate) fn push(self: &Arc<Self>) {
+        self.tx_again.store(true, Ordering::Release);
+        if self.tx_busy.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.clone().tx_work();
+    }
+
     fn tx_work(self: Arc<Self>) {
         loop {
             self.tx_again.store(false, Ordering::Release);
@@ -356,7 +386,7 @@ impl Conn {
     /// full (a write-space callback will re-queue us).
     fn flush_batch(&self, tx: &mut Tx) -> Result<bool> {
         while !tx.batch.is_done() {
-            let mut parts: [&[u8]; 8] = [&[]; 8];
+            let mut parts: [&[u8]; crate::net::MAX_SEND_PARTS] = [&[]; crate::net::MAX_SEND_PARTS];
             let mut n = 0usize;
             let segs = tx.cur.as_ref().map(|c| &c.segs);
             let mut ok = true;
@@ -689,7 +719,7 @@ impl Conn {
                     Opcode::RdmaReadRequest => {
                         if let Some(FixedPayload::ReadRequest(req)) = h.fixed {
                             match check_remote(qp, req.source_stag, req.source_to, req.read_size, Access::REMOTE_READ) {
-                                Ok(m) => rx.read = Some(ReadJob { req, mem: m }),
+                                Ok(m) => rx.inbound = Some(Inbound::Read(ReadJob { req, mem: m })),
                                 Err(e) => return Err(rx.receiver.reject(read_source_code(e))),
                             }
                         }
@@ -697,7 +727,7 @@ impl Conn {
                     Opcode::AtomicRequest => {
                         if let Some(FixedPayload::AtomicRequest(req)) = h.fixed {
                             match check_atomic_target(qp, &req) {
-                                Ok(mem) => rx.atomic = Some(AtomicJob { req, mem }),
+                                Ok(mem) => rx.inbound = Some(Inbound::Atomic(AtomicJob { req, mem })),
                                 Err(code) => return Err(rx.receiver.reject(code)),
                             }
                         }
@@ -765,16 +795,6 @@ impl Conn {
                             qp::complete_recv(qp, w, WcStatus::Success, len, se, RecvKind::Immediate(v));
                         }
                     }
-                    Opcode::AtomicRequest => {
-                        if let Some(job) = rx.atomic.take() {
-                            if qp::queue_response(qp, Inbound::Atomic(job)).is_err() {
-                                return Err(rx.receiver.reject(TermCode::DdpUntagged(
-                                    crate::iwarp::terminate::UntaggedCode::MsnNoBuffer,
-                                )));
-                            }
-                            *kick = true;
-                        }
-                    }
                     Opcode::AtomicResponse => {
                         let Some(FixedPayload::AtomicResponse(resp)) = d.header.fixed else { continue };
                         // Responses come in request order: this one must
@@ -822,9 +842,9 @@ impl Conn {
                             *kick = true;
                         }
                     }
-                    Opcode::RdmaReadRequest => {
-                        if let Some(job) = rx.read.take() {
-                            if qp::queue_response(qp, Inbound::Read(job)).is_err() {
+                    Opcode::RdmaReadRequest | Opcode::AtomicRequest => {
+                        if let Some(job) = rx.inbound.take() {
+                            if qp::queue_response(qp, job).is_err() {
                                 return Err(rx.receiver.reject(TermCode::DdpUntagged(
                                     crate::iwarp::terminate::UntaggedCode::MsnNoBuffer,
                                 )));

@@ -109,6 +109,11 @@ impl Net {
     }
 }
 
+/// Most slices one [`Socket::send`] hands to the stack (each a `kvec` on
+/// the stack): enough for a large FPDU's header, its payload pages and
+/// trailer in one call.
+pub(crate) const MAX_SEND_PARTS: usize = 24;
+
 /// A kernel TCP socket.
 pub(crate) struct Socket {
     sock: NonNull<ffi::socket>,
@@ -237,7 +242,7 @@ impl Socket {
     /// Sends as much of `parts` as the socket takes; with `nonblock` it
     /// returns `Ok(0)` when the socket is full.
     pub(crate) fn send(&self, parts: &[&[u8]], nonblock: bool) -> Result<usize> {
-        const MAXV: usize = 8;
+        const MAXV: usize = MAX_SEND_PARTS;
         let mut vecs: [ffi::kvec; MAXV] = Default::default();
         let mut total = 0usize;
         let mut n = 0usize;

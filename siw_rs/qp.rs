@@ -528,7 +528,8 @@ pub(crate) fn sq_doorbell(qp: &Qp<SiwRs>) {
     };
     wakes.run(qp);
     match conn {
-        Some(c) => c.kick(),
+        // A system call: transmit from here.
+        Some(c) => c.push(),
         // Nothing will process the queue until the QP is connected; the
         // next post rings again.
         None => {
