@@ -197,29 +197,21 @@ static ssize_t mpa_store(struct device *dev, const char *buf, size_t count, int 
 	return err ? err : count;
 }
 
-static ssize_t mpa_crc_show(struct device *dev, struct device_attribute *attr, char *buf)
-{
-	return mpa_show(dev, buf, SIW_RS_MPA_ATTR_CRC);
-}
+#define SIW_RS_MPA_ATTR(name, which)							\
+	static ssize_t name##_show(struct device *dev, struct device_attribute *attr,	\
+				   char *buf)						\
+	{										\
+		return mpa_show(dev, buf, which);					\
+	}										\
+	static ssize_t name##_store(struct device *dev, struct device_attribute *attr,	\
+				    const char *buf, size_t count)			\
+	{										\
+		return mpa_store(dev, buf, count, which);				\
+	}										\
+	static DEVICE_ATTR_RW(name)
 
-static ssize_t mpa_crc_store(struct device *dev, struct device_attribute *attr,
-			     const char *buf, size_t count)
-{
-	return mpa_store(dev, buf, count, SIW_RS_MPA_ATTR_CRC);
-}
-static DEVICE_ATTR_RW(mpa_crc);
-
-static ssize_t mpa_markers_show(struct device *dev, struct device_attribute *attr, char *buf)
-{
-	return mpa_show(dev, buf, SIW_RS_MPA_ATTR_MARKERS);
-}
-
-static ssize_t mpa_markers_store(struct device *dev, struct device_attribute *attr,
-				 const char *buf, size_t count)
-{
-	return mpa_store(dev, buf, count, SIW_RS_MPA_ATTR_MARKERS);
-}
-static DEVICE_ATTR_RW(mpa_markers);
+SIW_RS_MPA_ATTR(mpa_crc, SIW_RS_MPA_ATTR_CRC);
+SIW_RS_MPA_ATTR(mpa_markers, SIW_RS_MPA_ATTR_MARKERS);
 
 static struct attribute *siw_rs_attrs[] = {
 	&dev_attr_siw_rs_abi.attr,
