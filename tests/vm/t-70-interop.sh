@@ -47,11 +47,13 @@ test_71_rping_client_vs_peer_server() {
 # receive TERMINATE CODE (layer:type:code); rping must see its connection
 # fail (it does not always exit non-zero: its state machine ends in ERROR,
 # state 10, or it reports the error or disconnect); afterwards a clean
-# rping over the same device must pass.
+# rping over the same device must pass. The peer waits up to 50 s for
+# each step (its default 10 s is too short when a loaded host slows the VM
+# down: rping may take longer than that just to start).
 hostile() {
 	local kind=$1 code=$2 role=$3 prc=0 rrc=0
 	if [ "$role" = server ]; then
-		ip netns exec h2 timeout 60 "$PEER" server --listen 10.55.0.2:7174 --size 64 \
+		ip netns exec h2 timeout 60 "$PEER" server --listen 10.55.0.2:7174 --size 64 --timeout 50 \
 			--inject "$kind" --expect-term "$code" > /tmp/peer.log 2>&1 &
 		local p=$!
 		wait_listen h2 7174
@@ -63,7 +65,7 @@ hostile() {
 			> /tmp/rping.log 2>&1 &
 		local r=$!
 		wait_listen h1 7174
-		ip netns exec h2 timeout 60 "$PEER" client --connect 10.55.0.1:7174 --size 64 \
+		ip netns exec h2 timeout 60 "$PEER" client --connect 10.55.0.1:7174 --size 64 --timeout 50 \
 			--inject "$kind" --expect-term "$code" > /tmp/peer.log 2>&1 || prc=$?
 		wait "$r" || rrc=$?
 	fi
