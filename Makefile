@@ -6,6 +6,7 @@
 #   make check      host tests + VM tests; prints "N passed, N failed"
 #   make demo       boot a VM, create two siw_rs devices on a netns pair, show them working
 #   make bench      benchmarks on the perf kernel (JSON + plot)
+#   make check-perf long runs on the perf kernel (perftest -a sweeps, rping -C 1000)
 #   make KDIR=/lib/modules/$(uname -r)/build
 #                   build against another kernel (it must have CONFIG_RUST and
 #                   have been built by /usr/bin/rustc)
@@ -33,7 +34,7 @@ endif
 MODULE_SRCS := Kbuild $(wildcard siw_rs/*.rs siw_rs/*.c siw_rs/*.h) siw_rs/Kbuild \
 	       siw_rs/bindgen_allowlist $(wildcard iwarp-core/src/*.rs) $(wildcard uapi/*.h)
 
-.PHONY: all module provider kernel check demo bench install clean setup host-test
+.PHONY: all module provider kernel check check-perf demo bench install clean setup host-test
 
 all: module provider
 
@@ -67,6 +68,9 @@ demo:
 
 bench:
 	@scripts/bench
+
+check-perf:
+	@scripts/check-perf
 
 install: module provider
 	$(MAKE) -C $(KDIR) M=$(REPO)/$(BUILD) $(KVARS) modules_install

@@ -18,7 +18,10 @@ NVMEOF_MIB=${SIW_RS_NVMEOF_MIB:-2}
 
 nvmeof_modules() {
 	modprobe -a nvmet nvmet-rdma nvme-rdma
-	grep -q '^brd ' /proc/modules || modprobe brd rd_nr=1 rd_size=32768
+	# A RAM disk with room for the test data (rd_size in KiB, 32 MiB at least).
+	local kib=$(( NVMEOF_MIB * 1024 + 16384 ))
+	[ "$kib" -ge 32768 ] || kib=32768
+	grep -q '^brd ' /proc/modules || modprobe brd rd_nr=1 rd_size=$kib
 	mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
 }
 
