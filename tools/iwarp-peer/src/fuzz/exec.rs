@@ -47,8 +47,9 @@ pub struct Timing {
 pub enum Outcome {
     /// The peer sent this TERMINATE.
     Terminate(TerminateRepr),
-    /// The peer sent a TERMINATE that does not parse.
-    BadTerminate,
+    /// The peer sent a TERMINATE that does not parse; its Terminate
+    /// Control field if it arrived.
+    BadTerminate(Option<[u8; 4]>),
     /// MPA reject Reply.
     Rejected,
     /// An accepting MPA Reply to a Request that must be refused.
@@ -82,6 +83,14 @@ pub enum Outcome {
     Error(String),
 }
 
+/// Layer, type and code of a Terminate Control field written through C
+/// bitfields on a little-endian machine (`layer:4, etype:4` in the first
+/// octet's low and high nibbles, as upstream siw declares them): the RFC
+/// puts the layer in the high nibble.
+pub fn le_bitfield_code(c: [u8; 4]) -> (u8, u8, u8) {
+    (c[0] & 0xf, c[0] >> 4, c[1])
+}
+
 fn code3(c: TermCode) -> String {
     let (l, t, c) = c.wire();
     format!("{l}/{t}/{c:#04x}")
@@ -92,7 +101,11 @@ impl Outcome {
     pub fn label(&self) -> String {
         match self {
             Outcome::Terminate(t) => format!("terminate {}", code3(t.code)),
-            Outcome::BadTerminate => "bad-terminate".into(),
+            Outcome::BadTerminate(None) => "malformed-terminate".into(),
+            Outcome::BadTerminate(Some(c)) => {
+                let (l, t, code) = le_bitfield_code(*c);
+                format!("malformed-terminate [LE bitfield order {l}/{t}/{code:#04x}]")
+            }
             Outcome::Rejected => "reject".into(),
             Outcome::MpaAccepted => "mpa-accepted".into(),
             Outcome::MpaFailed(_) => "mpa-failed".into(),
@@ -123,7 +136,23 @@ impl fmt::Display for Outcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Outcome::Terminate(t) => write!(f, "TERMINATE {}", term_code_str(t.code)),
-            Outcome::BadTerminate => f.write_str("malformed TERMINATE"),
+            Outcome::BadTerminate(None) => f.write_str("malformed TERMINATE"),
+            Outcome::BadTerminate(Some(c)) => {
+                let (l, t, code) = le_bitfield_code(*c);
+                write!(
+                    f,
+                    "malformed TERMINATE, control field {:02x} {:02x} {:02x} {:02x} (RFC order \
+                     {}/{}/{:#04x}; little-endian bitfield order, as upstream siw lays it out: \
+                     {l}/{t}/{code:#04x})",
+                    c[0],
+                    c[1],
+                    c[2],
+                    c[3],
+                    c[0] >> 4,
+                    c[0] & 0xf,
+                    c[1]
+                )
+            }
             Outcome::Rejected => f.write_str("MPA reject Reply"),
             Outcome::MpaAccepted => f.write_str("accepting MPA Reply"),
             Outcome::MpaFailed(m) => write!(f, "MPA handshake failed: {m}"),
@@ -181,7 +210,7 @@ pub fn judge(e: Expect, o: &Outcome) -> Verdict {
         | Outcome::Error(_)
         | Outcome::LeakedRead(_)
         | Outcome::PeerInvalid(_)
-        | Outcome::BadTerminate => return Fail,
+        | Outcome::BadTerminate(_) => return Fail,
         _ => {}
     }
     let term = |o: &Outcome| match o {
@@ -277,8 +306,8 @@ fn end_outcome(e: End) -> Option<Outcome> {
 fn react(s: &mut Session, deadline: Instant, w: &mut Watch) -> Option<Outcome> {
     loop {
         match s.next(deadline) {
-            Ok(Inbound::Terminate(Some(t))) => return Some(Outcome::Terminate(t)),
-            Ok(Inbound::Terminate(None)) => return Some(Outcome::BadTerminate),
+            Ok(Inbound::Terminate(Ok(t))) => return Some(Outcome::Terminate(t)),
+            Ok(Inbound::Terminate(Err(c))) => return Some(Outcome::BadTerminate(c)),
             Ok(Inbound::ReadRequest(rr)) => {
                 if let Err(code) = s.answer(&rr) {
                     return Some(Outcome::LocalTerminate(code));
@@ -349,8 +378,8 @@ fn await_msg(
             return Ok(m);
         }
         match m {
-            Inbound::Terminate(Some(t)) => return Err(Outcome::Terminate(t)),
-            Inbound::Terminate(None) => return Err(Outcome::BadTerminate),
+            Inbound::Terminate(Ok(t)) => return Err(Outcome::Terminate(t)),
+            Inbound::Terminate(Err(c)) => return Err(Outcome::BadTerminate(c)),
             Inbound::ReadRequest(rr) if serve => {
                 s.answer(&rr).map_err(Outcome::LocalTerminate)?;
             }
@@ -694,10 +723,11 @@ pub fn run_case(addr: &str, t: &Timing, case: &Case) -> Record {
                     run_fpdu(&mut s, t, case, &mut sent)
                 }
             }
-            Err(Outcome::Rejected) => {
-                Outcome::Error("the peer rejected a valid MPA Request".into())
-            }
-            Err(o) => o,
+            // The Request was valid: any failure here is the peer's (or
+            // its application's) and the case did not run.
+            Err(Outcome::Hang(m)) => Outcome::Hang(format!("MPA handshake: {m}")),
+            Err(o @ Outcome::Error(_)) => o,
+            Err(o) => Outcome::Error(format!("MPA handshake of a valid Request: {o}")),
         }
     };
     let verdict = judge(case.expect(), &outcome);
@@ -987,4 +1017,62 @@ fn run_fpdu(s: &mut Session, t: &Timing, case: &Case, sent: &mut String) -> Outc
         p => return Outcome::Error(format!("not an FPDU plan: {p:?}")),
     }
     observe(s, t, &mut w, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iwarp_core::terminate::{MpaCode, UntaggedCode};
+
+    #[test]
+    fn upstream_siw_control_field_is_decoded() {
+        // siw's RDMAP/Remote Operation/Unexpected Opcode on x86: the layer
+        // in the low nibble.
+        assert_eq!(le_bitfield_code([0x20, 0x06, 0x01, 0x00]), (0, 2, 6));
+        let o = Outcome::BadTerminate(Some([0x20, 0x06, 0x01, 0x00]));
+        assert_eq!(
+            o.label(),
+            "malformed-terminate [LE bitfield order 0/2/0x06]"
+        );
+        assert!(o.to_string().contains("RFC order 2/0/0x06"), "{o}");
+    }
+
+    #[test]
+    fn judgements() {
+        let msn = TermCode::DdpUntagged(UntaggedCode::MsnRange);
+        let t = |c| Outcome::Terminate(TerminateRepr::new(c));
+        assert_eq!(judge(Expect::Term(msn), &t(msn)), Verdict::Pass);
+        let crc = TermCode::Mpa(MpaCode::CrcError);
+        assert_eq!(judge(Expect::Term(msn), &t(crc)), Verdict::Mismatch);
+        assert_eq!(
+            judge(Expect::Term(msn), &Outcome::Closed),
+            Verdict::Mismatch
+        );
+        assert_eq!(judge(Expect::Term(msn), &Outcome::Accepted), Verdict::Fail);
+        assert_eq!(
+            judge(Expect::Reaction, &Outcome::Hang(String::new())),
+            Verdict::Fail
+        );
+        assert_eq!(
+            judge(Expect::Reaction, &Outcome::ClosedAfterFin),
+            Verdict::Pass
+        );
+        assert_eq!(
+            judge(Expect::NoAccept, &Outcome::MpaAccepted),
+            Verdict::Fail
+        );
+        assert_eq!(judge(Expect::Protection, &t(msn)), Verdict::Mismatch);
+        assert_eq!(
+            judge(Expect::Protection, &Outcome::LeakedRead(8)),
+            Verdict::Fail
+        );
+        assert_eq!(
+            judge(Expect::TermOrClose(crc), &Outcome::Reset),
+            Verdict::Pass
+        );
+        assert_eq!(
+            judge(Expect::Close, &Outcome::BadTerminate(None)),
+            Verdict::Fail
+        );
+    }
 }

@@ -56,8 +56,9 @@ pub enum Inbound {
         /// Its length.
         len: u64,
     },
-    /// A TERMINATE (`None`: it does not parse).
-    Terminate(Option<TerminateRepr>),
+    /// A TERMINATE: parsed, or the first four octets of its payload (the
+    /// Terminate Control field, if they arrived) when it does not parse.
+    Terminate(Result<TerminateRepr, Option<[u8; 4]>>),
     /// Another complete message.
     Other(Opcode),
 }
@@ -96,7 +97,14 @@ pub struct Session {
     fin: bool,
     /// Octets of ours the socket refused (the peer had gone).
     pub write_failed: bool,
+    /// The first octets of the inbound FPDU being parsed, for a TERMINATE
+    /// that does not parse.
+    fpdu: Vec<u8>,
 }
+
+/// Octets of an FPDU kept for [`Inbound::Terminate`]: ULPDU_Length (2),
+/// the untagged DDP/RDMAP header (18), the Terminate Control field (4).
+const FPDU_HEAD: usize = 24;
 
 impl Session {
     /// Starts the data path of an established connection with rping
@@ -119,6 +127,7 @@ impl Session {
             sink: vec![0; size],
             fin: false,
             write_failed: false,
+            fpdu: Vec::new(),
         }
     }
 
@@ -327,12 +336,20 @@ impl Session {
         };
         loop {
             let before = rest.len();
-            let ev = match self.rx.poll(&mut rest, &mut posted) {
+            if self.rx.at_fpdu_boundary() {
+                self.fpdu.clear();
+            }
+            let start = piece.len() - before;
+            let polled = self.rx.poll(&mut rest, &mut posted);
+            let used = piece.len() - rest.len();
+            let keep = FPDU_HEAD.saturating_sub(self.fpdu.len());
+            let got = &piece[start..used];
+            self.fpdu.extend_from_slice(&got[..got.len().min(keep)]);
+            let ev = match polled {
                 Ok(Some(ev)) => ev,
                 Ok(None) => return (piece.len(), Ok(None)),
-                Err(e) => return (piece.len() - before, Err(e)),
+                Err(e) => return (start, Err(e)),
             };
-            let used = piece.len() - rest.len();
             match ev {
                 RxEvent::Header(_) => {}
                 RxEvent::Data(p) => {
@@ -357,7 +374,9 @@ impl Session {
                     };
                     let m = match (h.opcode, h.fixed) {
                         (Opcode::Terminate, Some(FixedPayload::Terminate(t))) => {
-                            Inbound::Terminate(t.ok())
+                            Inbound::Terminate(t.map_err(|_| {
+                                self.fpdu.get(20..24).map(|c| [c[0], c[1], c[2], c[3]])
+                            }))
                         }
                         (Opcode::RdmaReadRequest, Some(FixedPayload::ReadRequest(rr))) => {
                             Inbound::ReadRequest(rr)
