@@ -236,14 +236,28 @@ class Proc:
                                   stdin=subprocess.DEVNULL, start_new_session=True)
         self.killed = False
 
-    def wait(self, timeout):
-        """Exit status; kills the tree (TERM, then KILL) when it overruns."""
-        try:
-            rc = self.p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.killed = True
-            self.kill()
-            rc = self.p.returncode
+    def wait(self, timeout, done=None, grace=15.0):
+        """Exit status; kills the tree (TERM, then KILL) when it overruns
+        TIMEOUT, or GRACE seconds after DONE() first returned true (the
+        client printed its result but does not exit)."""
+        now = time.monotonic()
+        deadline = now + timeout
+        self.done_at = None
+        while True:
+            try:
+                rc = self.p.wait(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            now = time.monotonic()
+            if done is not None and self.done_at is None and done():
+                self.done_at = now
+                deadline = min(deadline, now + grace)
+            if now >= deadline:
+                self.killed = True
+                self.kill()
+                rc = self.p.returncode
+                break
         self.f.close()
         return rc
 
@@ -429,7 +443,17 @@ class Bench:
             rec["warning"] = "nothing listened on port %d within 30 s" % port
         s0, w0, t0 = proc_stat(), wire_bytes(), time.monotonic()
         client = Proc(["ip", "netns", "exec", cns] + ccmd, clog)
-        crc = client.wait(climit)
+        parse = {"tcp": lambda t: parse_iperf3(t),
+                 "bw": lambda t: parse_bw(t, test.size),
+                 "lat": lambda t: parse_lat(t, test.size)}[test.kind]
+
+        def reported():
+            try:
+                with open(clog, errors="replace") as f:
+                    return parse(f.read()) is not None
+            except OSError:
+                return False
+        crc = client.wait(climit, done=reported)
         s1, w1, t1 = proc_stat(), wire_bytes(), time.monotonic()
         src = server.wait(20)
         wire = w1 - w0 if w0 is not None and w1 is not None else None
@@ -447,12 +471,7 @@ class Bench:
 
         with open(clog, errors="replace") as f:
             text = f.read()
-        if test.kind == "tcp":
-            res = parse_iperf3(text)
-        elif test.kind == "bw":
-            res = parse_bw(text, test.size)
-        else:
-            res = parse_lat(text, test.size)
+        res = parse(text)
         if res:
             rec.update(res)
             rec["ok"] = True
@@ -477,7 +496,10 @@ class Bench:
             rec["server_tail"] = tail(slog)
         else:
             warn = []
-            if crc != 0:
+            if client.killed:
+                warn.append("client hung after its report, killed %.0f s after it" % (
+                    t1 - client.done_at if client.done_at else climit))
+            elif crc != 0:
                 warn.append("client exited %s after its report%s" % (
                     crc, ": " + "; ".join(complaints[:3]) if complaints else ""))
             if src != 0:
