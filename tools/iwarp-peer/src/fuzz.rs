@@ -44,7 +44,8 @@ server could not be reached (the run broke off).
   --cases N             run cases 0..N-1 (default 100)
   --duration SECS       run cases until SECS have passed
   --case K              run only case K (reproduce a failure)
-  --families LIST       only these families (comma-separated; see README)
+  --families LIST       only these families (comma-separated; see README),
+                        or all but those named with a leading -
   --jobs N              connections in parallel (default 1)
   --report FILE         write a JSON report
   --timeout SECS        bound on every wait for a reaction (default 10)
@@ -52,6 +53,8 @@ server could not be reached (the run broke off).
   --stall-timeout SECS  bound for the peer to drop a stalled MPA Request (20)
   --size BYTES          rping buffer size advertised, at most the server's
                         -S (default 64, rping's default)
+  --settle-ms MS        pause after the MPA Reply before the case (default
+                        0: at once; a pause steps around setup races)
   -v                    one line per case
 ";
 
@@ -97,6 +100,34 @@ fn number<T: std::str::FromStr>(opt: &str, v: Option<&String>) -> Result<T> {
         .map_err(|_| usage(format!("{opt}: bad number {v}")))
 }
 
+/// `--families`: names to run, or (each with a leading `-`) names to
+/// leave out of all of them.
+fn families(v: &str) -> Result<Vec<Family>> {
+    let mut only = Vec::new();
+    let mut without = Vec::new();
+    for item in v.split(',') {
+        let (list, name) = match item.strip_prefix('-') {
+            Some(n) => (&mut without, n),
+            None => (&mut only, item),
+        };
+        list.push(
+            Family::parse(name)
+                .ok_or_else(|| usage(format!("--families: unknown family {name}")))?,
+        );
+    }
+    if !only.is_empty() && !without.is_empty() {
+        return Err(usage("--families: either names or -names, not both"));
+    }
+    if without.is_empty() {
+        return Ok(only);
+    }
+    Ok(Family::ALL
+        .iter()
+        .copied()
+        .filter(|f| !without.contains(f))
+        .collect())
+}
+
 impl FuzzOptions {
     /// Parses the arguments after `fuzz`.
     pub fn parse(argv: &[String]) -> Result<Self> {
@@ -117,6 +148,7 @@ impl FuzzOptions {
                 quiet: Duration::from_millis(1000),
                 stall_timeout: Duration::from_secs(20),
                 size: 64,
+                settle: Duration::ZERO,
             },
             verbose: false,
         };
@@ -137,11 +169,7 @@ impl FuzzOptions {
                 "--case" => one = Some(number(opt, it.next())?),
                 "--families" => {
                     let v = it.next().ok_or_else(|| usage("--families needs a value"))?;
-                    for name in v.split(',') {
-                        let f = Family::parse(name)
-                            .ok_or_else(|| usage(format!("--families: unknown family {name}")))?;
-                        o.families.push(f);
-                    }
+                    o.families = families(v)?;
                 }
                 "--jobs" => o.jobs = number(opt, it.next())?,
                 "--report" => {
@@ -157,6 +185,7 @@ impl FuzzOptions {
                     o.timing.stall_timeout = Duration::from_secs(number(opt, it.next())?)
                 }
                 "--size" => o.timing.size = number(opt, it.next())?,
+                "--settle-ms" => o.timing.settle = Duration::from_millis(number(opt, it.next())?),
                 "-v" | "--verbose" => o.verbose = true,
                 _ => return Err(usage(format!("unknown option {opt} for fuzz"))),
             }
@@ -195,6 +224,9 @@ impl FuzzOptions {
         }
         if self.timing.size != 64 {
             let _ = write!(s, " --size {}", self.timing.size);
+        }
+        if !self.timing.settle.is_zero() {
+            let _ = write!(s, " --settle-ms {}", self.timing.settle.as_millis());
         }
         s
     }
@@ -497,12 +529,16 @@ mod tests {
             "iwarp-peer fuzz --connect a:1 --seed 5 --case 7 --families msn-gap,flip"
         );
         assert_eq!(parse("--connect a:1").unwrap().limit, Limit::Cases(100));
+        let o = parse("--connect a:1 --families -flip,-trickle").unwrap();
+        assert_eq!(o.families.len(), Family::ALL.len() - 2);
+        assert!(!o.families.contains(&Family::Flip) && o.families.contains(&Family::MsnGap));
         for bad in [
             "--seed 1",
             "--connect a:1 --cases 3 --duration 4",
             "--connect a:1 --families nope",
             "--connect a:1 --jobs 0",
             "--connect a:1 --size 0",
+            "--connect a:1 --families flip,-trickle",
         ] {
             assert!(parse(bad).is_err(), "{bad}");
         }

@@ -34,6 +34,7 @@ fn timing() -> Timing {
         quiet: Duration::from_millis(150),
         stall_timeout: Duration::from_secs(8),
         size: 64,
+        settle: Duration::ZERO,
     }
 }
 

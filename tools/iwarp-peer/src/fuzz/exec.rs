@@ -40,6 +40,10 @@ pub struct Timing {
     pub stall_timeout: Duration,
     /// The rping buffer size this side advertises (at most the peer's).
     pub size: usize,
+    /// Pause between the peer's MPA Reply and the case's first octet (0:
+    /// at once, the hostile timing; a pause steps around races of the
+    /// peer's connection setup to reach what lies behind them).
+    pub settle: Duration,
 }
 
 /// What came back.
@@ -424,7 +428,10 @@ fn mpa_options(crc: bool) -> MpaOptions {
 fn establish(addr: &str, t: &Timing, opts: &MpaOptions) -> Result<Session, Outcome> {
     let stream = connect(addr, t.timeout)?;
     match conn::initiate(stream, opts) {
-        Ok(est) => Ok(Session::new(est, t.size)),
+        Ok(est) => {
+            thread::sleep(t.settle);
+            Ok(Session::new(est, t.size))
+        }
         Err(Error::Rejected { .. }) => Err(Outcome::Rejected),
         Err(Error::PeerClosed) => Err(Outcome::Closed),
         Err(Error::PeerReset) => Err(Outcome::Reset),
@@ -590,7 +597,10 @@ fn run_mpa(addr: &str, t: &Timing, case: &Case, sent: &mut String) -> Outcome {
     }
     let o = mpa_reply(&mut stream, deadline);
     match (o, case.expect()) {
-        (Outcome::MpaAccepted, Expect::Reaction) => close_after_accept(&mut stream, t),
+        (Outcome::MpaAccepted, Expect::Reaction) => {
+            thread::sleep(t.settle);
+            close_after_accept(&mut stream, t)
+        }
         (o, _) => o,
     }
 }
