@@ -219,7 +219,24 @@ impl FuzzOptions {
             self.target, self.seed
         );
         if !self.families.is_empty() {
-            let v: Vec<&str> = self.families.iter().map(|f| f.name()).collect();
+            // The shorter spelling that gives the same pool in the same
+            // order (the order matters to the generator).
+            let without: Vec<Family> = Family::ALL
+                .iter()
+                .copied()
+                .filter(|f| !self.families.contains(f))
+                .collect();
+            let v: Vec<String> = if without.len() < self.families.len()
+                && Family::ALL
+                    .iter()
+                    .copied()
+                    .filter(|f| !without.contains(f))
+                    .eq(self.families.iter().copied())
+            {
+                without.iter().map(|f| format!("-{}", f.name())).collect()
+            } else {
+                self.families.iter().map(|f| f.name().to_string()).collect()
+            };
             let _ = write!(s, " --families {}", v.join(","));
         }
         if self.timing.size != 64 {
@@ -532,6 +549,11 @@ mod tests {
         let o = parse("--connect a:1 --families -flip,-trickle").unwrap();
         assert_eq!(o.families.len(), Family::ALL.len() - 2);
         assert!(!o.families.contains(&Family::Flip) && o.families.contains(&Family::MsnGap));
+        assert!(
+            o.repro(1).ends_with("--case 1 --families -flip,-trickle"),
+            "{}",
+            o.repro(1)
+        );
         for bad in [
             "--seed 1",
             "--connect a:1 --cases 3 --duration 4",
