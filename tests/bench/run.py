@@ -38,6 +38,7 @@ and /usr/bin/python3 is Debian's.
 
 import datetime
 import json
+import math
 import os
 import re
 import signal
@@ -76,7 +77,7 @@ BAD_DMESG = re.compile(
 OVERHEAD_S = 11.0
 
 # Extra attempts of a run whose perftest could not calibrate its clock.
-RETRIES = 2
+RETRIES = 3
 
 
 def env_int(name, default):
@@ -332,7 +333,8 @@ def parse_lat(text, size):
             d[c] = float(x)  # t_stdev may be "-nan"
         except ValueError:
             pass
-    d = {c: v for c, v in d.items() if v == v}
+    # perftest prints inf everywhere when its clock calibration failed.
+    d = {c: v for c, v in d.items() if math.isfinite(v)}
     if "t_typical" not in d:
         return None
     out = {"lat_typical_us": d["t_typical"], "iterations": int(m.group(1))}
@@ -430,8 +432,9 @@ class Bench:
             else:
                 args += ["-n", str(st.lat_iters)]
                 climit = 180
-            scmd = [WP, test.tool, "-d", sdev] + args
-            ccmd = [WP, test.tool, "-d", cdev] + args + [SERVER_IP]
+            # Line-buffered: a killed perftest still leaves its output.
+            scmd = ["stdbuf", "-oL", "-eL", WP, test.tool, "-d", sdev] + args
+            ccmd = ["stdbuf", "-oL", "-eL", WP, test.tool, "-d", cdev] + args + [SERVER_IP]
         rec["server_cmd"] = " ".join(scmd)
         rec["client_cmd"] = " ".join(ccmd)
 
@@ -481,15 +484,18 @@ class Bench:
                 cpu = rec["cpu"]
                 rec["cpu_s_per_gb"] = round(cpu["busy_s"] / (wire / 1e9), 3)
                 rec["kernel_cpu_s_per_gb"] = round(cpu["kernel_s"] / (wire / 1e9), 3)
-        if "Can't produce a report" in text:
+        if not rec["ok"] and re.search(r"Can't produce a report|Correlation coefficient", text):
             # perftest's cycles-per-microsecond regression failed (a busy host
-            # under TCG): an infrastructure failure, worth another attempt.
+            # under TCG; the latency tools then print inf): an infrastructure
+            # failure, worth another attempt.
             rec["clock_failure"] = True
         complaints = [l.strip() for l in text.splitlines()
                       if re.search(r"fail|error|unable|errno|can't|cannot", l, re.I)]
         if not rec["ok"]:
             rec["error"] = "client timed out after %d s" % climit if client.killed else \
-                "client exited %s" % crc if crc != 0 else "no result line in the client output"
+                "client exited %s" % crc if crc != 0 else \
+                "perftest could not calibrate its clock (inf)" if rec.get("clock_failure") else \
+                "no result line in the client output"
             if complaints:
                 rec["error"] += ": " + "; ".join(complaints[:3])
             rec["client_tail"] = tail(clog)
