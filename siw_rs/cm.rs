@@ -120,8 +120,11 @@ pub(crate) fn connect(dev: &Device<SiwRs>, id: CmId, qp: &Qp<SiwRs>, p: &ConnPar
                 let mut ev = event(CmEventKind::ConnectReply, 0, l, r, &reply_pd);
                 ev.ird = u8::try_from(neg.ird).unwrap_or(u8::MAX);
                 ev.ord = u8::try_from(neg.ord).unwrap_or(u8::MAX);
-                conn.attach();
+                // The CM must see CONNECT_REPLY before any CLOSE, which the
+                // socket callbacks may report as soon as they are attached
+                // (a peer that closes right after its Reply).
                 id.deliver(&ev);
+                conn.attach();
             }
             Err((e, reply_pd)) => {
                 pr_debug!("active connect failed: {:?}\n", e);
@@ -402,15 +405,22 @@ pub(crate) fn accept(id: CmId, qp: &Qp<SiwRs>, p: &ConnParam<'_>) -> Result {
     // The Reply goes out before anything the data path sends.
     let sent = conn.send_raw(out.get(..n).unwrap_or(&[]));
     if let Err(e) = sent {
+        // iw_accept fails; the CM must not also get a CLOSE for an id that
+        // never was ESTABLISHED (iw_cm treats that as a bug).
+        conn.forget_cm();
         conn.close(None);
         return Err(e);
     }
-    conn.attach();
     let (l, r) = conn.addrs();
     let mut ev = event(CmEventKind::Established, 0, l, r, &[]);
     ev.ird = u8::try_from(neg.ird).unwrap_or(u8::MAX);
     ev.ord = u8::try_from(neg.ord).unwrap_or(u8::MAX);
+    // ESTABLISHED first: once the socket callbacks are attached, a peer
+    // that closes or errs at once makes the connection report CLOSE, and
+    // iw_cm BUG()s on a CLOSE before ESTABLISHED. Whatever arrived
+    // meanwhile waits in the socket; attaching processes it.
     id.deliver(&ev);
+    conn.attach();
     Ok(())
 }
 

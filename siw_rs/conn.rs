@@ -321,9 +321,22 @@ impl Conn {
         let a = self.sock.attach(self.clone());
         *self.attached.lock() = Some(a);
         let me = self.clone();
-        if self.sock.with_lock(|sk| me.receive(sk)) {
-            self.kick();
+        let _ = self.sock.with_lock(|sk| me.receive(sk));
+        // A peer that closed before the callbacks were there: its state
+        // change is past, so notice it now.
+        if !self.sock.is_established() {
+            self.peer_closed();
+            return;
         }
+        // The consumer may have posted (and found the socket full) before
+        // the write-space callback was there: transmit once now.
+        self.kick();
+    }
+
+    /// The connection manager is not to hear from this connection (its
+    /// setup failed before the CM was told it is up).
+    pub(crate) fn forget_cm(&self) {
+        let _ = self.cm.lock().take();
     }
 
     /// Local and peer addresses.

@@ -370,6 +370,13 @@ impl Socket {
     }
 
     /// Runs `f` with the socket lock held (process context).
+    /// Whether the TCP connection is still established (not closed or
+    /// closing from either side).
+    pub(crate) fn is_established(&self) -> bool {
+        // SAFETY: a live socket; reading the state is a plain load.
+        unsafe { ffi::siw_rs_h_sk_state(self.sk()) == ffi::TCP_ESTABLISHED as c_int }
+    }
+
     pub(crate) fn with_lock<R>(&self, f: impl FnOnce(&SockRef) -> R) -> R {
         let sk = self.sk();
         // SAFETY: a live socket; lock_sock may sleep (process context).
