@@ -318,8 +318,17 @@ impl Conn {
     /// Installs the socket callbacks; data that arrived meanwhile is read
     /// at once.
     pub(crate) fn attach(self: &Arc<Self>) {
-        let a = self.sock.attach(self.clone());
-        *self.attached.lock() = Some(a);
+        {
+            // The CM already knows the connection, so the consumer may
+            // have closed it meanwhile; `close` sets `closing` before its
+            // teardown takes this slot, so either teardown finds the
+            // callbacks here or they are never attached.
+            let mut slot = self.attached.lock();
+            if self.closing.load(Ordering::Acquire) {
+                return;
+            }
+            *slot = Some(self.sock.attach(self.clone()));
+        }
         let me = self.clone();
         let _ = self.sock.with_lock(|sk| me.receive(sk));
         // A peer that closed before the callbacks were there: its state
