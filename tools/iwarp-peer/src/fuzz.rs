@@ -53,6 +53,10 @@ server could not be reached (the run broke off).
   --stall-timeout SECS  bound for the peer to drop a stalled MPA Request (20)
   --size BYTES          rping buffer size advertised, at most the server's
                         -S (default 64, rping's default)
+  --terminate-order rfc|le-bitfield
+                        read TERMINATEs as RFC 5040 lays them out (default)
+                        or as upstream siw does on x86 (layer and type
+                        nibbles swapped), to compare siw's codes
   --settle-ms MS        pause after the MPA Reply before the case (default
                         0: at once; a pause steps around setup races)
   -v                    one line per case
@@ -149,6 +153,7 @@ impl FuzzOptions {
                 stall_timeout: Duration::from_secs(20),
                 size: 64,
                 settle: Duration::ZERO,
+                le_terminate: false,
             },
             verbose: false,
         };
@@ -185,6 +190,13 @@ impl FuzzOptions {
                     o.timing.stall_timeout = Duration::from_secs(number(opt, it.next())?)
                 }
                 "--size" => o.timing.size = number(opt, it.next())?,
+                "--terminate-order" => {
+                    o.timing.le_terminate = match it.next().map(String::as_str) {
+                        Some("rfc") => false,
+                        Some("le-bitfield") => true,
+                        _ => return Err(usage("--terminate-order: rfc or le-bitfield")),
+                    }
+                }
                 "--settle-ms" => o.timing.settle = Duration::from_millis(number(opt, it.next())?),
                 "-v" | "--verbose" => o.verbose = true,
                 _ => return Err(usage(format!("unknown option {opt} for fuzz"))),
@@ -241,6 +253,9 @@ impl FuzzOptions {
         }
         if self.timing.size != 64 {
             let _ = write!(s, " --size {}", self.timing.size);
+        }
+        if self.timing.le_terminate {
+            s.push_str(" --terminate-order le-bitfield");
         }
         if !self.timing.settle.is_zero() {
             let _ = write!(s, " --settle-ms {}", self.timing.settle.as_millis());
@@ -429,6 +444,16 @@ pub fn report_json(o: &FuzzOptions, s: &Summary) -> String {
     let mut j = String::from("{\n");
     let _ = writeln!(j, "  \"target\": {},", json_str(&o.target));
     let _ = writeln!(j, "  \"seed\": {},", o.seed);
+    let _ = writeln!(
+        j,
+        "  \"terminate_order\": {},",
+        json_str(if o.timing.le_terminate {
+            "le-bitfield"
+        } else {
+            "rfc"
+        })
+    );
+    let _ = writeln!(j, "  \"settle_ms\": {},", o.timing.settle.as_millis());
     let _ = writeln!(j, "  \"cases\": {},", s.records.len());
     let _ = writeln!(j, "  \"seconds\": {:.3},", s.elapsed.as_secs_f64());
     let _ = writeln!(j, "  \"cases_per_second\": {:.3},", s.rate());

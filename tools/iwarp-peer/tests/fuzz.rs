@@ -35,6 +35,7 @@ fn timing() -> Timing {
         stall_timeout: Duration::from_secs(8),
         size: 64,
         settle: Duration::ZERO,
+        le_terminate: false,
     }
 }
 

@@ -511,6 +511,8 @@ pub enum Expect {
     /// A TERMINATE of the DDP Tagged Buffer or RDMAP Remote Protection
     /// types (which code depends on what the guessed STag names).
     Protection,
+    /// [`Expect::Protection`], or this TERMINATE.
+    ProtectionOr(TermCode),
     /// Some TERMINATE (the RFCs name no single code).
     AnyTerm,
     /// MPA: a reject Reply, a close or a reset; never an accepting Reply.
@@ -544,6 +546,7 @@ impl fmt::Display for Expect {
             }
             Expect::TermOrClose(c) => write!(f, "TERMINATE {} or close", code(*c)),
             Expect::Protection => f.write_str("TERMINATE 1/1/* or 0/1/*"),
+            Expect::ProtectionOr(c) => write!(f, "TERMINATE 1/1/*, 0/1/* or {}", code(*c)),
             Expect::AnyTerm => f.write_str("any TERMINATE"),
             Expect::NoAccept => f.write_str("reject or close, never an accepting Reply"),
             Expect::GivesUp => f.write_str("reject or close within the stall bound"),
@@ -598,9 +601,13 @@ impl Plan {
             BadMo { .. } => Expect::Term(TermCode::DdpUntagged(UntaggedCode::InvalidMo)),
             SendTooLong { .. } => Expect::Term(TermCode::DdpUntagged(UntaggedCode::MessageTooLong)),
             InvalidStag { .. } => Expect::Term(TermCode::DdpTagged(TaggedCode::InvalidStag)),
-            ForeignStagWrite { .. } | ForeignStagRead { .. } | ResponseBadStag { .. } => {
-                Expect::Protection
-            }
+            ForeignStagWrite { .. } | ForeignStagRead { .. } => Expect::Protection,
+            // The STag names no buffer, another one, or the right one at a
+            // wrong offset (DDP/RDMAP protection); or, matched against the
+            // outstanding Read first, a Response to no Read.
+            ResponseBadStag { .. } => Expect::ProtectionOr(TermCode::RdmapRemoteOperation(
+                RemoteOperationCode::UnexpectedOpcode,
+            )),
             IrdOverflow { .. } => Expect::Term(TermCode::DdpUntagged(UntaggedCode::MsnNoBuffer)),
             TruncatedFpdu { .. } => Expect::TermOrClose(TermCode::Mpa(MpaCode::ConnectionLost)),
             OversizedUlpdu { .. } | TinyUlpdu { .. } | Garbage { .. } => Expect::Reaction,

@@ -100,6 +100,7 @@ pub struct Session {
     /// The first octets of the inbound FPDU being parsed, for a TERMINATE
     /// that does not parse.
     fpdu: Vec<u8>,
+    le_terminate: bool,
 }
 
 /// Octets of an FPDU kept for [`Inbound::Terminate`]: ULPDU_Length (2),
@@ -108,8 +109,9 @@ const FPDU_HEAD: usize = 24;
 
 impl Session {
     /// Starts the data path of an established connection with rping
-    /// buffers of `size` octets.
-    pub fn new(est: Established, size: usize) -> Self {
+    /// buffers of `size` octets; `le_terminate`: decode TERMINATEs as
+    /// upstream siw lays them out (see [`crate::fuzz::Timing`]).
+    pub fn new(est: Established, size: usize, le_terminate: bool) -> Self {
         let n = est.negotiated;
         let txc = TxConfig::from_negotiated(&n, mpa::mulpdu(EMSS, n.markers_tx), Extensions::NONE);
         Session {
@@ -128,6 +130,7 @@ impl Session {
             fin: false,
             write_failed: false,
             fpdu: Vec::new(),
+            le_terminate,
         }
     }
 
@@ -374,9 +377,18 @@ impl Session {
                     };
                     let m = match (h.opcode, h.fixed) {
                         (Opcode::Terminate, Some(FixedPayload::Terminate(t))) => {
-                            Inbound::Terminate(t.map_err(|_| {
-                                self.fpdu.get(20..24).map(|c| [c[0], c[1], c[2], c[3]])
-                            }))
+                            let ctrl = self.fpdu.get(20..24).map(|c| [c[0], c[1], c[2], c[3]]);
+                            match (self.le_terminate, ctrl) {
+                                (true, Some(c)) => {
+                                    let (l, ty, code) = crate::fuzz::exec::le_bitfield_code(c);
+                                    Inbound::Terminate(
+                                        TermCode::from_wire(l, ty, code)
+                                            .map(TerminateRepr::new)
+                                            .ok_or(Some(c)),
+                                    )
+                                }
+                                _ => Inbound::Terminate(t.map_err(|_| ctrl)),
+                            }
                         }
                         (Opcode::RdmaReadRequest, Some(FixedPayload::ReadRequest(rr))) => {
                             Inbound::ReadRequest(rr)
