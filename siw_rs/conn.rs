@@ -98,6 +98,9 @@ struct Rx {
     /// Length of the last RDMA Write received: the byte count of the
     /// receive an Immediate Data message after it completes.
     write_len: u32,
+    /// Octets of the Read Response in progress received so far: its next
+    /// segment must start there in the Read's sink.
+    resp_off: u32,
     /// The peer sent a TERMINATE: the connection closes without one.
     peer_terminated: bool,
     /// Its code, if it parsed.
@@ -119,7 +122,8 @@ struct Tx {
 /// The message being transmitted.
 struct Cur {
     msg: MessageTx,
-    /// The WQE it carries out (`None` for a Read Response).
+    /// The WQE it carries out (`None` for a response, and for a Read or
+    /// Atomic Request, already awaiting its response in the QP).
     wqe: Option<SendWqe>,
     segs: Segs,
     /// Every FPDU is planned: the WQE completes once the batch is sent.
@@ -292,6 +296,7 @@ impl Conn {
                     tagged: None,
                     inbound: None,
                     write_len: 0,
+                    resp_off: 0,
                     peer_terminated: false,
                     peer_code: None,
                 }),
@@ -624,7 +629,16 @@ impl Conn {
         }
         match tx.transmitter.start(&msg) {
             Ok(msg) => {
-                tx.cur = Some(Cur { msg, wqe: Some(wqe), segs, planned: false, then });
+                // A Read or Atomic Request awaits its response before its
+                // first octet leaves: over a fast link the response can be
+                // received before the send call returns.
+                let wqe = if no_payload {
+                    qp::await_response(qp, wqe).map_err(|w| Some((w, WcStatus::WrFlushErr)))?;
+                    None
+                } else {
+                    Some(wqe)
+                };
+                tx.cur = Some(Cur { msg, wqe, segs, planned: false, then });
                 Ok(())
             }
             Err(_) => Err(Some((wqe, WcStatus::LocLenErr))),
@@ -720,13 +734,22 @@ impl Conn {
                             } else {
                                 // The sink must be the oldest outstanding
                                 // Read's, a local buffer.
-                                match qp::read_sink(qp) {
-                                    Some((lkey, _, _, _)) if lkey == stag || h.payload_len == 0 => {}
+                                let (addr, len) = match qp::read_sink(qp) {
+                                    Some((lkey, addr, len, _)) if lkey == stag || h.payload_len == 0 => (addr, len),
                                     _ => {
                                         return Err(rx.receiver.reject(TermCode::RdmapRemoteOperation(
                                             crate::iwarp::terminate::RemoteOperationCode::UnexpectedOpcode,
                                         )))
                                     }
+                                };
+                                // Its segments fill the sink in order and
+                                // never past the size the Read asked for
+                                // (RFC 5040 section 4.4).
+                                let end = rx.resp_off.checked_add(h.payload_len).filter(|&e| e <= len);
+                                let at = addr.wrapping_add(u64::from(rx.resp_off));
+                                match end {
+                                    Some(e) if h.payload_len == 0 || to == at => rx.resp_off = e,
+                                    _ => return Err(rx.receiver.reject(TermCode::DdpTagged(TaggedCode::BaseBounds))),
                                 }
                                 Access::LOCAL_WRITE
                             };
@@ -855,6 +878,12 @@ impl Conn {
                     Opcode::RdmaReadResponse => {
                         if d.message_len.is_some() {
                             rx.tagged = None;
+                            // A last segment short of the size asked for
+                            // leaves the sink partly unwritten.
+                            let got = core::mem::take(&mut rx.resp_off);
+                            if qp::read_sink(qp).is_some_and(|(_, _, len, _)| got != len) {
+                                return Err(rx.receiver.reject(TermCode::DdpTagged(TaggedCode::BaseBounds)));
+                            }
                             if let Some((_, _, _, Some(inv))) = qp::read_sink(qp) {
                                 if let Some(m) = mem::lookup(qp::stags(qp), inv) {
                                     let _ = m.invalidate(inv);
@@ -937,7 +966,10 @@ impl Conn {
             }
         }
         self.sock.shutdown();
-        qp::to_error(qp);
+        // The message in flight is flushed too (its memory references go),
+        // in order between the requests awaiting responses and the queue.
+        let cur = self.tx.lock().cur.take();
+        qp::to_error(qp, cur.and_then(|c| c.wqe));
         if self.failed.load(Ordering::Acquire) {
             let ev = if self.access_error.load(Ordering::Acquire) {
                 AsyncEvent::QpAccessErr
@@ -949,11 +981,6 @@ impl Conn {
         let cm = self.cm.lock().take();
         if let Some(cm) = cm {
             self.report(&cm, CmEventKind::Close);
-        }
-        // The message in flight is flushed too (its memory references go).
-        let cur = self.tx.lock().cur.take();
-        if let Some(Cur { wqe: Some(w), .. }) = cur {
-            qp::complete_send(qp, w, WcStatus::WrFlushErr);
         }
         qp::conn_closed(qp);
     }

@@ -569,10 +569,20 @@ fn sq_idle(qp: &Qp<SiwRs>, inner: &Inner) -> bool {
 
 /// Moves the QP to ERROR under its lock and flushes both queues in order.
 fn enter_error(qp: &Qp<SiwRs>, inner: &mut Inner, wakes: &mut Wakes) {
+    enter_error_after(qp, inner, None, wakes)
+}
+
+/// [`enter_error`], with `in_flight` (the WQE the transmitter was
+/// sending) flushed in its place: after the requests awaiting responses
+/// and before the queued ones.
+fn enter_error_after(qp: &Qp<SiwRs>, inner: &mut Inner, in_flight: Option<SendWqe>, wakes: &mut Wakes) {
     inner.state = QpState::Err;
     inner.reads_out = 0;
     while inner.inbound.pop().is_some() {}
     while let Some((w, _)) = inner.pending.pop() {
+        flush_send(qp, &w, wakes);
+    }
+    if let Some(w) = in_flight {
         flush_send(qp, &w, wakes);
     }
     while let Some(w) = inner.sq.pop() {
@@ -866,13 +876,16 @@ pub(crate) fn conn_closed(qp: &Qp<SiwRs>) {
     drop(old);
 }
 
-/// Moves the QP to ERROR (if not there) and flushes it.
-pub(crate) fn to_error(qp: &Qp<SiwRs>) {
+/// Moves the QP to ERROR (if not there) and flushes it, `in_flight` (the
+/// WQE the transmitter was sending) in its place in the send queue's order.
+pub(crate) fn to_error(qp: &Qp<SiwRs>, in_flight: Option<SendWqe>) {
     let mut wakes = Wakes::none();
     {
         let mut inner = qp.data().inner.lock();
         if inner.state != QpState::Err {
-            enter_error(qp, &mut inner, &mut wakes);
+            enter_error_after(qp, &mut inner, in_flight, &mut wakes);
+        } else if let Some(w) = in_flight {
+            flush_send(qp, &w, &mut wakes);
         }
     }
     wakes.run(qp);
@@ -984,10 +997,23 @@ pub(crate) fn sent(qp: &Qp<SiwRs>, w: SendWqe) {
     complete_send(qp, w, WcStatus::Success);
 }
 
+/// A Read or Atomic Request is about to be transmitted: from now on it
+/// awaits its response. `Err` gives the WQE back if the QP left RTS.
+pub(crate) fn await_response(qp: &Qp<SiwRs>, w: SendWqe) -> core::result::Result<(), SendWqe> {
+    let mut inner = qp.data().inner.lock();
+    if inner.state != QpState::Rts || inner.pending.len >= inner.pending.slots.len() {
+        return Err(w);
+    }
+    inner.reads_out += 1;
+    let _ = inner.pending.push((w, false));
+    Ok(())
+}
+
 /// Index in `pending` of the oldest request still awaiting its response.
 fn oldest_outstanding(inner: &Inner) -> Option<usize> {
     let cap = inner.pending.slots.len();
-    (0..inner.pending.len).map(|k| (inner.pending.head + k) % cap).find(|&i| {
+    // No `%`: a zero capacity would be a panic path.
+    (0..inner.pending.len).filter_map(|k| inner.pending.head.wrapping_add(k).checked_rem(cap)).find(|&i| {
         matches!(inner.pending.slots.get(i), Some(Some((_, false))))
     })
 }
