@@ -13,7 +13,10 @@
 # SIW_RS_FUZZ_SIW_SECS (default 60) the upstream siw run,
 # SIW_RS_FUZZ_SEED the seed (default: the clock; printed, with every
 # failing case's reproduction line), SIW_RS_FUZZ_JOBS parallel
-# connections (default 2), SIW_RS_FUZZ_WATCH seconds after which a still
+# connections (default 1: `rping -s -P` keeps the latest connection
+# request in one variable that its accepting loop reads later, so two
+# requests arriving together leave one never answered and hand the other
+# to two threads -- a hang of rping's, not of the device), SIW_RS_FUZZ_WATCH seconds after which a still
 # running test prints what its processes wait on and ends (default the
 # bound + 600), SIW_RS_FUZZ_ARGS and SIW_RS_FUZZ_SIW_ARGS more fuzzer
 # options for the siw_rs and the siw run (e.g. "--settle-ms 500 --families
@@ -116,7 +119,7 @@ run_fuzzer() {
 	echo "    fuzzing $name for $secs s, seed $seed"
 	FUZZ_RC=0
 	ip netns exec h2 timeout $((secs + 300)) "$PEER" fuzz --connect "10.55.0.1:$FUZZ_PORT" \
-		--seed "$seed" --duration "$secs" --jobs "${SIW_RS_FUZZ_JOBS:-2}" --timeout 30 --quiet-ms 1500 \
+		--seed "$seed" --duration "$secs" --jobs "${SIW_RS_FUZZ_JOBS:-1}" --timeout 30 --quiet-ms 1500 \
 		--report "$FUZZ_REPORT" -v "$@" > "$log" 2>&1 || FUZZ_RC=$?
 	dmesg > "build/fuzz-vm/$name-$seed.dmesg"
 	# The summary and every case that did not pass.
