@@ -9,6 +9,9 @@
 PEER=${SIW_RS_PEER:-target/debug/iwarp-peer}
 
 # One RDMA device of type $2 named $1 on h1/veth1; h2 holds only the peer.
+# The peer gets 50 s per step (--timeout): its default 10 s is shorter than
+# a loaded host may take to start rping in the VM, and a peer server that
+# gave up makes the late rping's connect fail with "Connection refused".
 peer_topology() {
 	scripts/topology up
 	modprobe siw
@@ -23,7 +26,7 @@ test_70_peer_client_vs_rping_server() {
 		peer_topology "$dev" "$type"
 		echo "    rping -s on $type, iwarp-peer client"
 		server_client h1 h2 120 -- "$WP" rping -s -a 10.55.0.1 -C 10 -S 4096 -V \
-			-- "$PEER" client --connect 10.55.0.1:7174 --count 10 --size 4096 --verify -v || return 1
+			-- "$PEER" client --connect 10.55.0.1:7174 --count 10 --size 4096 --verify --timeout 50 -v || return 1
 		[ "$(grep -c 'ping' /tmp/client.log)" -ge 10 ] || fail_because "peer reported fewer than 10 pings" || return 1
 		rdma link del "$dev"
 		scripts/topology down
@@ -36,7 +39,7 @@ test_71_rping_client_vs_peer_server() {
 		type=${dev#*:} dev=${dev%:*}
 		peer_topology "$dev" "$type"
 		echo "    iwarp-peer server, rping -c on $type"
-		server_client h2 h1 120 -- "$PEER" server --listen 10.55.0.2:7174 --count 10 --size 4096 --verify \
+		server_client h2 h1 120 -- "$PEER" server --listen 10.55.0.2:7174 --count 10 --size 4096 --verify --timeout 50 \
 			-- "$WP" rping -c -a 10.55.0.2 -C 10 -S 4096 -V || return 1
 		rdma link del "$dev"
 		scripts/topology down
@@ -91,7 +94,7 @@ test_72_hostile_peer_gets_the_rfc_terminate() {
 	hostile bad-crc 2:0:2 client || return 1
 	# The device still serves a well-behaved peer.
 	server_client h1 h2 120 -- "$WP" rping -s -a 10.55.0.1 -C 5 -S 1024 -V \
-		-- "$PEER" client --connect 10.55.0.1:7174 --count 5 --size 1024 --verify || return 1
+		-- "$PEER" client --connect 10.55.0.1:7174 --count 5 --size 1024 --verify --timeout 50 || return 1
 }
 
 # mpa_set DEV crc markers: the per-device MPA settings in sysfs.
@@ -117,14 +120,14 @@ test_73_mpa_crc_and_markers_settings() {
 	echo "    rs1 asks for CRC and markers; iwarp-peer client asks for neither"
 	mpa_set rs1 1 1
 	server_client h1 h2 120 -- "$WP" rping -s -a 10.55.0.1 -C 10 -S 4096 -V \
-		-- "$PEER" client --connect 10.55.0.1:7174 --count 10 --size 4096 --verify -v || return 1
+		-- "$PEER" client --connect 10.55.0.1:7174 --count 10 --size 4096 --verify --timeout 50 -v || return 1
 	grep -q 'CRC on, markers rx false tx true' /tmp/client.log ||
 		fail_because "the peer did not negotiate CRC and markers towards rs1" || return 1
 
 	echo "    rs1 asks for nothing; iwarp-peer client asks for CRC and markers"
 	mpa_set rs1 0 0
 	server_client h1 h2 120 -- "$WP" rping -s -a 10.55.0.1 -C 10 -S 4096 -V \
-		-- "$PEER" client --connect 10.55.0.1:7174 --count 10 --size 4096 --verify -v --crc on --markers || return 1
+		-- "$PEER" client --connect 10.55.0.1:7174 --count 10 --size 4096 --verify --timeout 50 -v --crc on --markers || return 1
 	grep -q 'CRC on, markers rx true' /tmp/client.log ||
 		fail_because "rs1 did not agree to insert markers" || return 1
 
