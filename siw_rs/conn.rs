@@ -369,8 +369,12 @@ impl Conn {
 
     /// Queues the transmit work.
     pub(crate) fn kick(self: &Arc<Self>) {
-        self.tx_again.store(true, Ordering::Release);
-        if self.tx_busy.swap(true, Ordering::AcqRel) {
+        // SeqCst, here and in `push`/`tx_work`: a store-then-load on each
+        // side (Dekker); with weaker orders the finishing worker can read a
+        // stale `tx_again` while the kicker reads a stale `tx_busy`, and the
+        // new work is never sent.
+        self.tx_again.store(true, Ordering::SeqCst);
+        if self.tx_busy.swap(true, Ordering::SeqCst) {
             return;
         }
         let me = self.clone();
@@ -388,8 +392,8 @@ impl Conn {
     /// small-message latency; a large burst is sent until the socket is
     /// full, after which the write-space callback continues in a worker.
     pub(crate) fn push(self: &Arc<Self>) {
-        self.tx_again.store(true, Ordering::Release);
-        if self.tx_busy.swap(true, Ordering::AcqRel) {
+        self.tx_again.store(true, Ordering::SeqCst);
+        if self.tx_busy.swap(true, Ordering::SeqCst) {
             return;
         }
         self.clone().tx_work();
@@ -402,8 +406,8 @@ impl Conn {
                 pr_debug!("qp {}: transmit failed: {:?}\n", self.qp().qp_num(), e);
                 self.close(None);
             }
-            self.tx_busy.store(false, Ordering::Release);
-            if !self.tx_again.load(Ordering::Acquire) || self.tx_busy.swap(true, Ordering::AcqRel) {
+            self.tx_busy.store(false, Ordering::SeqCst);
+            if !self.tx_again.load(Ordering::SeqCst) || self.tx_busy.swap(true, Ordering::SeqCst) {
                 break;
             }
         }
