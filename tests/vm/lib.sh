@@ -98,7 +98,8 @@ server_client() {
 }
 
 # The TCP port a test server command listens on: rping 7174, rdma_server
-# and ucmatose 7471, perftest 18515, iwarp-peer its --listen port.
+# and ucmatose 7471, perftest 18515, iwarp-peer its --listen port, rfc7306
+# and access their last argument.
 server_port() {
 	local a prev=
 	for a in "$@"; do
@@ -108,7 +109,7 @@ server_port() {
 	case "$*" in
 	*rping*) echo 7174 ;;
 	*rdma_server* | *ucmatose*) echo 7471 ;;
-	*rfc7306*) echo "${@: -1}" ;; # rfc7306 server ADDR PORT
+	*rfc7306* | *build/access\ *) echo "${@: -1}" ;; # rfc7306|access server ADDR PORT
 	*) echo 18515 ;;
 	esac
 }

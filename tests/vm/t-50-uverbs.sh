@@ -197,3 +197,42 @@ test_55_garbage_in_a_ring_fails_only_that_qp() {
 	wait "$gs" || gsrc=$?
 	[ "$gcrc" = 0 ] && [ "$gsrc" = 0 ] || fail_because "the well-behaved rping pair failed (client $gcrc, server $gsrc)" || return 1
 }
+
+# Remote access violations (tests/vm/access.c, issue #6), one connection
+# each, the client the requester against a server region: Write without
+# remote-write rights, Read without remote-read rights, Fetch-and-Add
+# without remote-atomic rights, Write with a wrong rkey, Write to a region
+# of another PD, Write and Read ending 1 octet past the region, Write after
+# the region was deregistered. Each must fail the client's request with
+# REM_ACCESS_ERR (a Write through the Read posted behind it: iWARP does not
+# acknowledge Writes), give the server QP IBV_EVENT_QP_ACCESS_ERR, place
+# nothing on either side, and leave the next connection's verified Write
+# and Read working. The client's kernel logs the TERMINATE each violation
+# drew; its (layer, type, code) must be RFC 5040/5041's for the case.
+# (Remote invalidation is not a case: no memory windows or invalidatable
+# MRs in userspace.)
+test_57_remote_access_violations_are_refused() {
+	uverbs_pair
+	local before start rc=0
+	before=$(dmesg | wc -l)
+	start=$(date +%s)
+	server_client h1 h2 120 -- "$WP" build/access server 10.55.0.1 7177 \
+		-- "$WP" build/access client 10.55.0.1 7177 || rc=1
+	echo "    (the access pair took $(( $(date +%s) - start )) s)"
+	if [ "$rc" != 0 ]; then
+		# server_client showed the last lines only.
+		grep -E '^FAIL' /tmp/server.log | sed 's/^/    server: /'
+		grep -E '^FAIL' /tmp/client.log | sed 's/^/    client: /'
+		return 1
+	fi
+	grep -q '^access: 9 passed, 0 failed$' /tmp/server.log || fail_because "server did not pass its checks" || return 1
+	grep -q '^access: 9 passed, 0 failed$' /tmp/client.log || fail_because "client did not pass its checks" || return 1
+	# Cases 1-8: access rights (RDMAP Remote Protection 0/1/0x02) for the
+	# Write, Read and Atomic; DDP Tagged Invalid STag (1/1/0x00), STag not
+	# associated (1/1/0x02) and base or bounds (1/1/0x01) for the Writes;
+	# RDMAP base or bounds (0/1/0x01) for the Read; Invalid STag after
+	# deregistration.
+	local want='(0, 1, 2) (0, 1, 2) (0, 1, 2) (1, 1, 0) (1, 1, 2) (1, 1, 1) (0, 1, 1) (1, 1, 0)' got
+	got=$(dmesg | tail -n +"$((before + 1))" | sed -n 's/.*peer sent TERMINATE //p' | paste -sd' ')
+	[ "$got" = "$want" ] || fail_because "TERMINATEs received: '$got', want '$want'" || return 1
+}
