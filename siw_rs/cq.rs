@@ -122,7 +122,7 @@ fn push_user(ring: &UserRing, prod: &mut u32, wc: &Wc, solicited: bool) -> core:
 
 /// Adds `wc` to `cq`. A `solicited` completion (a Send with the SE bit) or
 /// an error satisfies a CQ armed for solicited completions. Returns whether
-/// the consumer must be woken: the caller does that with [`wake`] once it
+/// the consumer must be woken: the caller does that with [`wake_all`] once it
 /// holds no lock of its own, because the consumer's handler may post new
 /// work requests right away.
 pub(crate) fn push(cq: &Cq<SiwRs>, wc: Wc, solicited: bool) -> core::result::Result<bool, Overflow> {
@@ -179,14 +179,33 @@ fn push_kernel(
     Ok(fire)
 }
 
-/// Calls the consumer's completion handler (after [`push`] said so), or
-/// reports the overflow [`push`] returned.
-pub(crate) fn wake(cq: &Cq<SiwRs>, pushed: core::result::Result<bool, Overflow>) {
-    match pushed {
-        Ok(true) => cq.notify(),
-        Ok(false) => {}
-        Err(Overflow { first: true }) => cq.event(crate::verbs::AsyncEvent::CqErr),
-        Err(Overflow { first: false }) => {}
+/// What several [`push`]es to one CQ asked for: both the handler call and
+/// the overflow report, because a push that found the CQ armed disarmed
+/// it, so its wake-up must survive a later push overflowing.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Pushed {
+    notify: bool,
+    overflow: bool,
+}
+
+impl Pushed {
+    /// Adds one [`push`]'s result.
+    pub(crate) fn add(&mut self, r: core::result::Result<bool, Overflow>) {
+        match r {
+            Ok(n) => self.notify |= n,
+            Err(o) => self.overflow |= o.first,
+        }
+    }
+}
+
+/// Calls the consumer's completion handler if a push found the CQ armed,
+/// and reports an overflow once (for the push that caused it).
+pub(crate) fn wake_all(cq: &Cq<SiwRs>, p: Pushed) {
+    if p.notify {
+        cq.notify();
+    }
+    if p.overflow {
+        cq.event(crate::verbs::AsyncEvent::CqErr);
     }
 }
 

@@ -347,30 +347,22 @@ fn EOPNOTSUPP_ERR() -> Error {
 
 /// Completions to hand to the CQs once the QP lock is dropped.
 struct Wakes {
-    send: Option<core::result::Result<bool, cq::Overflow>>,
-    recv: Option<core::result::Result<bool, cq::Overflow>>,
+    send: cq::Pushed,
+    recv: cq::Pushed,
 }
 
 impl Wakes {
     fn none() -> Self {
-        Wakes { send: None, recv: None }
+        Wakes { send: cq::Pushed::default(), recv: cq::Pushed::default() }
     }
 
-    fn merge(slot: &mut Option<core::result::Result<bool, cq::Overflow>>, r: core::result::Result<bool, cq::Overflow>) {
-        *slot = Some(match (slot.take(), r) {
-            (Some(Err(o)), _) | (_, Err(o)) => Err(o),
-            (Some(Ok(a)), Ok(b)) => Ok(a || b),
-            (None, r) => r,
-        });
+    fn merge(slot: &mut cq::Pushed, r: core::result::Result<bool, cq::Overflow>) {
+        slot.add(r);
     }
 
     fn run(self, qp: &Qp<SiwRs>) {
-        if let Some(r) = self.send {
-            cq::wake(qp.send_cq(), r);
-        }
-        if let Some(r) = self.recv {
-            cq::wake(qp.recv_cq(), r);
-        }
+        cq::wake_all(qp.send_cq(), self.send);
+        cq::wake_all(qp.recv_cq(), self.recv);
     }
 }
 
