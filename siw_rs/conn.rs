@@ -821,8 +821,19 @@ impl Conn {
                                 let se = matches!(d.header.opcode, Opcode::SendSe | Opcode::SendSeInvalidate);
                                 let inv = d.header.invalidate_stag;
                                 if let Some(stag) = inv {
-                                    if let Some(m) = mem::lookup(qp::stags(qp), stag) {
-                                        let _ = m.invalidate(stag);
+                                    let r = mem::lookup(qp::stags(qp), stag)
+                                        .ok_or(AccessError::InvalidStag)
+                                        .and_then(|m| m.remote_invalidate(stag, qp.pd().id()));
+                                    if let Err(e) = r {
+                                        // The data is placed, but the receive
+                                        // fails and the stream ends.
+                                        let kind = RecvKind::Send { invalidated: None };
+                                        qp::complete_recv(qp, w, WcStatus::RemInvReqErr, len as u32, se, kind);
+                                        return Err(rx.receiver.reject(TermCode::RdmapRemoteProtection(match e {
+                                            AccessError::InvalidStag | AccessError::Invalidated => RemoteProtectionCode::InvalidStag,
+                                            AccessError::WrongPd => RemoteProtectionCode::StagNotAssociated,
+                                            _ => RemoteProtectionCode::CannotInvalidate,
+                                        })));
                                     }
                                 }
                                 let kind = RecvKind::Send { invalidated: inv };

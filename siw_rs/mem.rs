@@ -249,6 +249,24 @@ impl Mem {
         Ok(())
     }
 
+    /// Invalidation by the peer (a Send with Invalidate) arriving on a
+    /// QP of protection domain `pd`: only a fast-registered region of that
+    /// domain may be invalidated that way (RFC 5040 section 6.10).
+    pub(crate) fn remote_invalidate(&self, stag: u32, pd: usize) -> Result<(), AccessError> {
+        let mut s = self.state.lock();
+        if stag & 0xff != u32::from(s.key) {
+            return Err(AccessError::InvalidStag);
+        }
+        if self.pd != pd {
+            return Err(AccessError::WrongPd);
+        }
+        if !matches!(s.kind, Kind::Fast { .. }) {
+            return Err(AccessError::Rights);
+        }
+        s.valid = false;
+        Ok(())
+    }
+
     fn invalidate_any(&self) {
         self.state.lock().valid = false;
     }

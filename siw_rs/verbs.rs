@@ -196,6 +196,8 @@ pub(crate) enum WcStatus {
     RemAccessErr = ffi::IB_WC_REM_ACCESS_ERR,
     /// The peer failed the operation.
     RemOpErr = ffi::IB_WC_REM_OP_ERR,
+    /// A Send with Invalidate named an STag that cannot be invalidated.
+    RemInvReqErr = ffi::IB_WC_REM_INV_REQ_ERR,
     /// A malformed work request (from a process's ring).
     LocQpOpErr = ffi::IB_WC_LOC_QP_OP_ERR,
     /// Any other fatal error.
