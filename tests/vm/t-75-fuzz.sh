@@ -88,10 +88,13 @@ listener_leftovers() {
 	done
 	echo "    listener: $(ls /proc/"$pid"/task 2>/dev/null | wc -l) threads, $LEFTOVER_QPS QPs left on $dev"
 	[ "$LEFTOVER_QPS" = 0 ] && return 0
-	rdma res show qp link "$dev/1" 2>&1 | head -n 10 | sed 's/^/    qp| /'
+	# (The listing is cut after 10 lines: under pipefail, `head` closing
+	# the pipe must not fail the test here.)
+	{ rdma res show qp link "$dev/1" 2>&1 || true; } | sed -n '1,10s/^/    qp| /p'
 	for t in /proc/"$pid"/task/*; do
 		echo "$(cat "$t/comm" 2>/dev/null) $(cat "$t/wchan" 2>/dev/null)"
 	done | sort | uniq -c | sed 's/^/    thread| /'
+	{ rdma res show cm_id 2>&1 || true; } | grep -v LISTEN | sed -n '1,10s/^/    cm_id| /p'
 }
 
 # hang_watch SECS: if the test still runs after SECS, print what every
