@@ -981,6 +981,13 @@ impl Conn {
             }
         }
         self.sock.shutdown();
+        // A receive the stream was filling when it ended (a Send cut short,
+        // refused for its CRC, ...) is out of the receive queue: flush it
+        // first, it is older than those still queued.
+        let filling = self.rx.lock().recv.take();
+        if let Some((w, _)) = filling {
+            qp::complete_recv(qp, w, WcStatus::WrFlushErr, 0, false, RecvKind::Send { invalidated: None });
+        }
         // The message in flight is flushed too (its memory references go),
         // in order between the requests awaiting responses and the queue.
         let cur = self.tx.lock().cur.take();
