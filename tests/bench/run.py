@@ -435,6 +435,12 @@ class Bench:
             # Line-buffered: a killed perftest still leaves its output.
             scmd = ["stdbuf", "-oL", "-eL", WP, test.tool, "-d", sdev] + args
             ccmd = ["stdbuf", "-oL", "-eL", WP, test.tool, "-d", cdev] + args + [SERVER_IP]
+            if test.kind == "lat" and (os.cpu_count() or 1) >= 2:
+                # Both latency tools busy-poll: on one vCPU each waits out
+                # the other's time slice (milliseconds under TCG). Pinned
+                # apart, for every driver alike.
+                scmd = ["taskset", "-c", "0"] + scmd
+                ccmd = ["taskset", "-c", "1"] + ccmd
         rec["server_cmd"] = " ".join(scmd)
         rec["client_cmd"] = " ".join(ccmd)
 
