@@ -220,8 +220,22 @@ test_76_fuzzer_against_upstream_siw() {
 	listener_leftovers siw1
 	stop_listener
 	kill "$HANG_WATCH" 2>/dev/null || true
+	# Upstream siw leaks a connection endpoint (512 octets, with its four
+	# 256-octet work items) for some hostile connections; kmemleak sees
+	# them once the module is gone, which used to be during the next test.
+	# Unload it here and report them: they are siw's, not siw_rs's (which
+	# is not loaded in this test).
+	rdma link del siw1 2>/dev/null || true
+	rmmod siw 2>/dev/null || true
+	if kmemleak_available; then
+		sleep 6
+		echo scan > /sys/kernel/debug/kmemleak
+		echo scan > /sys/kernel/debug/kmemleak
+		echo "    upstream siw left $(grep -c 'unreferenced object' /sys/kernel/debug/kmemleak || true) unreferenced objects (reported only)"
+		kmemleak_clear
+	fi
 	# Upstream siw differs from the RFC codes in places: report only. The
 	# run itself must work (exit 0 or 1, not a usage error or a dead
-	# server); kernel warnings and leaks fail the test through the runner.
+	# server); kernel warnings fail the test through the runner.
 	[ "$FUZZ_RC" -le 1 ] || fail_because "the fuzz run against siw broke (exit $FUZZ_RC)" || return 1
 }
