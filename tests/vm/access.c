@@ -65,6 +65,8 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include "vmtest.h"
+
 #define TIMEOUT_MS 10000
 /* The server's target allocation; the region is [MR_OFF, MR_OFF + MR_LEN),
  * ending inside a page so that the octets past it are mapped. */
@@ -137,6 +139,15 @@ static void set_label(int conn)
 	conn_failed = 0;
 }
 
+/* The current case's line: VERDICT, its label, the message. */
+static void say(const char *verdict, const char *fmt, va_list ap)
+{
+	printf("%s %s: ", verdict, label);
+	vprintf(fmt, ap);
+	putchar('\n');
+	fflush(stdout);
+}
+
 /* The current case passed: its one line. */
 static void pass(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void pass(const char *fmt, ...)
@@ -144,11 +155,8 @@ static void pass(const char *fmt, ...)
 	va_list ap;
 
 	va_start(ap, fmt);
-	printf("PASS %s: ", label);
-	vprintf(fmt, ap);
-	putchar('\n');
+	say("PASS", fmt, ap);
 	va_end(ap);
-	fflush(stdout);
 	passed++;
 }
 
@@ -160,11 +168,8 @@ static int bad(const char *fmt, ...)
 	va_list ap;
 
 	va_start(ap, fmt);
-	printf("FAIL %s: ", label);
-	vprintf(fmt, ap);
-	putchar('\n');
+	say("FAIL", fmt, ap);
 	va_end(ap);
-	fflush(stdout);
 	if (!conn_failed)
 		failed++;
 	conn_failed = 1;
@@ -193,20 +198,6 @@ static long first_diff(const uint8_t *buf, size_t len, uint8_t (*pat)(size_t))
 	return -1;
 }
 
-/* One completion within TIMEOUT_MS: 0, or -1 (timeout or poll error). */
-static int wait_wc(struct ibv_cq *cq, struct ibv_wc *wc)
-{
-	for (int i = 0; i < TIMEOUT_MS; i++) {
-		int n = ibv_poll_cq(cq, 1, wc);
-
-		if (n < 0)
-			return -1;
-		if (n == 1)
-			return 0;
-		usleep(1000);
-	}
-	return -1;
-}
 
 static int post_send(struct ibv_qp *qp, struct ibv_send_wr *wr)
 {

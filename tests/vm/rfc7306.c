@@ -37,6 +37,8 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include "vmtest.h"
+
 #define N_ADD 50
 #define N_IMM 20
 #define SLOT 256
@@ -78,21 +80,6 @@ static int bad(const char *fmt, ...)
 	return 1;
 }
 
-/* One completion within 10 s, or -1. */
-static int wait_wc(struct ibv_cq *cq, struct ibv_wc *wc)
-{
-	for (int i = 0; i < 10000; i++) {
-		int n = ibv_poll_cq(cq, 1, wc);
-
-		if (n < 0)
-			return -1;
-		if (n == 1)
-			return 0;
-		usleep(1000);
-	}
-	errno = ETIMEDOUT;
-	return -1;
-}
 
 static uint8_t pattern(int slot, int i)
 {
