@@ -896,10 +896,11 @@ impl Conn {
                             // A last segment short of the size asked for
                             // leaves the sink partly unwritten.
                             let got = core::mem::take(&mut rx.resp_off);
-                            if qp::read_sink(qp).is_some_and(|(_, _, len, _)| got != len) {
+                            let sink = qp::read_sink(qp);
+                            if sink.is_some_and(|(_, _, len, _)| got != len) {
                                 return Err(rx.receiver.reject(TermCode::DdpTagged(TaggedCode::BaseBounds)));
                             }
-                            if let Some((_, _, _, Some(inv))) = qp::read_sink(qp) {
+                            if let Some((_, _, _, Some(inv))) = sink {
                                 if let Some(m) = mem::lookup(qp::stags(qp), inv) {
                                     let _ = m.invalidate(inv);
                                 }

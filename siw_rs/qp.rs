@@ -968,22 +968,14 @@ fn next_job_locked(qp: &Qp<SiwRs>, wakes: &mut Wakes) -> Option<Job> {
     inner.sq.pop().map(Job::Wqe)
 }
 
-/// A WQE was transmitted (or executed) successfully: an RDMA Read now
-/// waits for its response; other WQEs complete at once unless an earlier
-/// Read is still outstanding.
+/// A WQE was transmitted (or executed) successfully: it completes at once
+/// unless an earlier Read or Atomic still awaits its response. (Reads and
+/// Atomics themselves enter `pending` through [`await_response`].)
 pub(crate) fn sent(qp: &Qp<SiwRs>, w: SendWqe) {
     let mut inner = qp.data().inner.lock();
-    if inner.state == QpState::Rts {
-        if awaits_response(&w.op) {
-            if inner.pending.len < inner.pending.slots.len() {
-                inner.reads_out += 1;
-                let _ = inner.pending.push((w, false));
-                return;
-            }
-        } else if inner.pending.len > 0 && inner.pending.len < inner.pending.slots.len() {
-            let _ = inner.pending.push((w, true));
-            return;
-        }
+    if inner.state == QpState::Rts && inner.pending.len > 0 && inner.pending.len < inner.pending.slots.len() {
+        let _ = inner.pending.push((w, true));
+        return;
     }
     drop(inner);
     complete_send(qp, w, WcStatus::Success);
