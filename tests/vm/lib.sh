@@ -47,6 +47,15 @@ wait_dev_gone() {
 # Port state of an RDMA device's port 1 as `rdma link` prints it.
 link_state() { rdma link show "$1/1" 2>/dev/null | sed -n 's/.* state \([A-Z_]*\).*/\1/p'; }
 
+# rs1 on h1/veth1 and rs2 on h2/veth2 (the usual pair), siw_rs on
+# both ends; shared by the uverbs, fuzz, fault and soak tests.
+uverbs_pair() {
+	scripts/topology up
+	load_siw_rs
+	ip netns exec h1 rdma link add rs1 type siw_rs netdev veth1
+	ip netns exec h2 rdma link add rs2 type siw_rs netdev veth2
+}
+
 kmemleak_available() { [ -w /sys/kernel/debug/kmemleak ]; }
 
 kmemleak_clear() {

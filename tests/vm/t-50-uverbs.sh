@@ -5,14 +5,6 @@
 # (Issue: userspace.) Sizes and counts are bounded for the debug kernel
 # under TCG (~0.3 MB/s); the perf kernel runs the full sweeps (make bench).
 
-# rs1 on h1/veth1 and rs2 on h2/veth2 (the usual pair).
-uverbs_pair() {
-	scripts/topology up
-	load_siw_rs
-	ip netns exec h1 rdma link add rs1 type siw_rs netdev veth1
-	ip netns exec h2 rdma link add rs2 type siw_rs netdev veth2
-}
-
 test_10_devinfo() {
 	uverbs_pair
 	local out

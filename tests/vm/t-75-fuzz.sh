@@ -172,10 +172,7 @@ pair_loop() {
 
 test_75_hostile_peer_fuzzer() {
 	local secs=${SIW_RS_FUZZ_SECS:-120}
-	scripts/topology up
-	load_siw_rs
-	ip netns exec h1 rdma link add rs1 type siw_rs netdev veth1
-	ip netns exec h2 rdma link add rs2 type siw_rs netdev veth2
+	uverbs_pair
 	hang_watch "${SIW_RS_FUZZ_WATCH:-$((secs + 600))}"
 	fuzz_listener h1 10.55.0.1 "$WP"
 	rm -f /tmp/fuzz.done /tmp/pair.ok

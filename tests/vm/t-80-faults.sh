@@ -5,14 +5,6 @@
 # (or a new one) serving a verified rping afterwards. The runner checks the
 # kernel log (warnings, KASAN, lockdep, hung tasks) and kmemleak after each.
 
-# rs1 in h1 and rs2 in h2, siw_rs on both ends.
-fault_topology() {
-	scripts/topology up
-	load_siw_rs
-	ip netns exec h1 rdma link add rs1 type siw_rs netdev veth1
-	ip netns exec h2 rdma link add rs2 type siw_rs netdev veth2
-}
-
 # verified_rping COUNT SIZE: a verified rping pair, rs1 serving rs2.
 verified_rping() {
 	server_client h1 h2 240 -- "$WP" rping -s -a 10.55.0.1 -C "$1" -S "$2" -V \
@@ -32,7 +24,7 @@ no_qps() {
 }
 
 test_80_packet_loss_and_delay() {
-	fault_topology
+	uverbs_pair
 	modprobe sch_netem
 	# 3% loss and 1 ms +- 1 ms of jitter (reordering the stream's segments)
 	# each way: TCP retransmits, and every octet must still arrive intact.
@@ -82,7 +74,7 @@ wait_pings() {
 }
 
 test_81_link_down_and_up_during_transfer() {
-	fault_topology
+	uverbs_pair
 	endless_rping
 	wait_pings 20 120 || return 1
 	ip -n h2 link set veth2 down
@@ -103,7 +95,7 @@ test_81_link_down_and_up_during_transfer() {
 }
 
 test_82_link_del_under_traffic() {
-	fault_topology
+	uverbs_pair
 	endless_rping
 	wait_pings 20 120 || return 1
 	local sp=$SP cp=$CP
