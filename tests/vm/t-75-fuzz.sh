@@ -7,7 +7,10 @@
 # device meanwhile, and the device must serve a new verified rping
 # afterwards. Against upstream siw the same fuzzer only reports. The
 # runner checks the kernel log (warnings, KASAN, lockdep) and kmemleak
-# after each test.
+# after each test; in test_99, which never loads siw_rs, a report with
+# frames only in siw's module is upstream's and is printed, not failed.
+# test_99 sorts after every siw_rs test because such a lockdep report
+# turns lockdep off for the rest of the boot.
 #
 # Environment: SIW_RS_FUZZ_SECS (default 120) bounds the siw_rs run,
 # SIW_RS_FUZZ_SIW_SECS (default 60) the upstream siw run,
@@ -202,7 +205,7 @@ test_75_hostile_peer_fuzzer() {
 		-- "$WP" rping -c -a 10.55.0.1 -C 5 -S 1024 -V || return 1
 }
 
-test_76_fuzzer_against_upstream_siw() {
+test_99_fuzzer_against_upstream_siw() {
 	local secs=${SIW_RS_FUZZ_SIW_SECS:-60}
 	scripts/topology up
 	modprobe siw
@@ -233,6 +236,6 @@ test_76_fuzzer_against_upstream_siw() {
 	fi
 	# Upstream siw differs from the RFC codes in places: report only. The
 	# run itself must work (exit 0 or 1, not a usage error or a dead
-	# server); kernel warnings fail the test through the runner.
+	# server); the runner prints siw's own kernel reports.
 	[ "$FUZZ_RC" -le 1 ] || fail_because "the fuzz run against siw broke (exit $FUZZ_RC)" || return 1
 }
