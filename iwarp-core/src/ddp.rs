@@ -120,10 +120,19 @@ pub(super) fn put(buf: &mut [u8], at: usize, src: &[u8]) -> Result<(), EmitError
         needed: end,
         available,
     })?;
+    copy_octets(dst, src);
+    Ok(())
+}
+
+/// Copies `src` into `dst`, which its caller has sized to match (the
+/// shorter length wins otherwise). A zip rather than `copy_from_slice`:
+/// the compiler cannot always prove the lengths equal, and
+/// `copy_from_slice` would leave a length-mismatch panic in the kernel
+/// binary; this compiles to the same `memcpy` without one.
+pub(super) fn copy_octets(dst: &mut [u8], src: &[u8]) {
     for (d, s) in dst.iter_mut().zip(src) {
         *d = *s;
     }
-    Ok(())
 }
 
 /// Fails with [`EmitError::BufferTooShort`] unless `buf` holds `needed` bytes.

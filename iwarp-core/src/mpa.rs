@@ -74,6 +74,7 @@
 //! peer asks). See the individual items for its negotiation behaviour.
 
 use super::crc32c::CrcEngine;
+use super::ddp::copy_octets;
 use core::fmt;
 
 /// Length of the key that starts every Request/Reply frame.
@@ -652,7 +653,7 @@ impl<'a> MpaFrameRepr<'a> {
         if body.len() != self.private_data.len() {
             return Err(MpaError::InvalidParameter); // unreachable by construction
         }
-        body.copy_from_slice(self.private_data);
+        copy_octets(body, self.private_data);
         Ok(total)
     }
 }
@@ -1255,7 +1256,7 @@ impl Handshake {
             }
             let end = self.rx_len.saturating_add(take);
             match (self.rx.get_mut(self.rx_len..end), rest.get(..take)) {
-                (Some(dst), Some(src)) => dst.copy_from_slice(src),
+                (Some(dst), Some(src)) => copy_octets(dst, src),
                 // Unreachable: `needed` never reaches past a valid frame.
                 _ => return Err(self.fail(MpaError::InvalidState, false)),
             }
@@ -1801,7 +1802,7 @@ impl MarkedWriter<'_> {
         let Some(dst) = self.out.get_mut(self.off..end) else {
             return Err(MpaError::BufferTooSmall { needed: end });
         };
-        dst.copy_from_slice(src);
+        copy_octets(dst, src);
         self.off = end;
         Ok(())
     }
@@ -1989,7 +1990,7 @@ impl MarkedReader<'_> {
             let Some(d) = dst.get_mut(filled..filled + n) else {
                 return Err(MpaError::InvalidState);
             };
-            d.copy_from_slice(src);
+            copy_octets(d, src);
             self.markers.advance(n)?;
             self.off = end;
             filled += n;

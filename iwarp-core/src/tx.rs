@@ -145,7 +145,7 @@
 
 use super::crc32c::CrcEngine;
 use super::ddp::{
-    BufferFields, EmitError, Segment, SegmentError, Segmenter, TaggedFields, UntaggedFields,
+    copy_octets, BufferFields, EmitError, Segment, SegmentError, Segmenter, TaggedFields, UntaggedFields,
     INITIAL_MSN, UNTAGGED_HEADER_LEN,
 };
 use super::mpa::{self, MarkerState, Negotiated, CRC_LEN, ULPDU_LENGTH_LEN};
@@ -932,7 +932,7 @@ impl<const P: usize, const S: usize> Batch<P, S> {
             })?;
         }
         let dst = self.scratch.get_mut(start..end).ok_or(LayoutError::Full)?;
-        dst.copy_from_slice(b);
+        copy_octets(dst, b);
         self.nscratch = end;
         Ok(())
     }
@@ -994,7 +994,7 @@ impl BufSink<'_, '_> {
     fn put(&mut self, b: &[u8]) -> Result<(), LayoutError> {
         let end = self.off.checked_add(b.len()).ok_or(LayoutError::Full)?;
         let dst = self.out.get_mut(self.off..end).ok_or(LayoutError::Full)?;
-        dst.copy_from_slice(b);
+        copy_octets(dst, b);
         self.off = end;
         Ok(())
     }
@@ -1111,9 +1111,11 @@ impl<K: Sink> Framer<'_, K> {
         mpa::write_ulpdu_length(&mut head, ulen).map_err(|_| TxError::Internal)?;
         let hdr_out = head.get_mut(ULPDU_LENGTH_LEN..).ok_or(TxError::Internal)?;
         seg.header.emit(hdr_out).map_err(|_| TxError::Internal)?;
-        head.get_mut(ULPDU_LENGTH_LEN + hdr_len..head_len)
-            .ok_or(TxError::Internal)?
-            .copy_from_slice(fixed);
+        let fixed_out = head
+            .get_mut(ULPDU_LENGTH_LEN + hdr_len..head_len)
+            .filter(|o| o.len() == fixed.len())
+            .ok_or(TxError::Internal)?;
+        copy_octets(fixed_out, fixed);
         let start = self.written;
         if let Some(m) = self.markers.as_mut() {
             m.begin_fpdu();
