@@ -38,7 +38,7 @@ use crate::{
     },
     kmem,
     mem::{self, AccessError, Mem},
-    net::{Attached, SockHandler, SockRef, Socket},
+    net::{self, Attached, SockHandler, SockRef, Socket},
     qp::{self, AtomicJob, Inbound, Job, ReadJob, RecvKind, RecvWqe, SendWqe, WqeOp},
     verbs::{Access, AsyncEvent, Qp, Sge, WcStatus},
 };
@@ -683,7 +683,9 @@ impl Conn {
             return false;
         }
         if let Some(e) = failed {
-            pr_info!("qp {}: {}\n", self.qp().qp_num(), e);
+            if net::peer_log_allowed() {
+                pr_info!("qp {}: {}\n", self.qp().qp_num(), e);
+            }
             let term = e.should_send_terminate().then_some(e.terminate);
             let access = matches!(
                 e.code(),
@@ -923,10 +925,16 @@ impl Conn {
                         if let Some(FixedPayload::Terminate(t)) = d.header.fixed {
                             match t {
                                 Ok(t) => {
-                                    pr_info!("qp {}: peer sent TERMINATE {:?}\n", qp.qp_num(), t.code.wire());
+                                    if net::peer_log_allowed() {
+                                        pr_info!("qp {}: peer sent TERMINATE {:?}\n", qp.qp_num(), t.code.wire());
+                                    }
                                     rx.peer_code = Some(t.code);
                                 }
-                                Err(_) => pr_info!("qp {}: peer sent a malformed TERMINATE\n", qp.qp_num()),
+                                Err(_) => {
+                                    if net::peer_log_allowed() {
+                                        pr_info!("qp {}: peer sent a malformed TERMINATE\n", qp.qp_num());
+                                    }
+                                }
                             }
                         }
                         // The stream ends here; no TERMINATE goes back.

@@ -6,6 +6,7 @@
 #include <linux/etherdevice.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
+#include <linux/ratelimit.h>
 #include <linux/spinlock.h>
 #include <net/addrconf.h>
 #include <net/sock.h>
@@ -97,6 +98,13 @@ void siw_rs_h_spin_unlock_bh(spinlock_t *lock)
 	spin_unlock_bh(lock);
 }
 
+
+bool siw_rs_h_peer_log_ratelimit(void)
+{
+	static DEFINE_RATELIMIT_STATE(peer_log, 5 * HZ, 50);
+
+	return __ratelimit(&peer_log);
+}
 
 struct net *siw_rs_h_dev_net(struct net_device *dev)
 {

@@ -27,6 +27,13 @@ void siw_rs_h_spin_unlock_irqrestore(spinlock_t *lock, unsigned long flags);
 void siw_rs_h_spin_lock_bh(spinlock_t *lock);
 void siw_rs_h_spin_unlock_bh(spinlock_t *lock);
 
+/*
+ * Whether a log line a peer's frames caused may be printed now: one rate
+ * limit (5 s, burst 50) shared by every such line, so a hostile peer opening
+ * connection after connection cannot flood the kernel log.
+ */
+bool siw_rs_h_peer_log_ratelimit(void);
+
 /* Sockets (net.rs). */
 struct net *siw_rs_h_dev_net(struct net_device *dev);
 void siw_rs_h_sk_callback_write_lock(struct sock *sk);

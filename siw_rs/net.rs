@@ -23,6 +23,15 @@ use kernel::{
     sync::{Arc, ArcBorrow},
 };
 
+/// Whether a log line that a peer's frames caused may be printed now: one
+/// kernel rate limit shared by all of them, so that a hostile peer opening
+/// connection after connection cannot flood the kernel log.
+pub(crate) fn peer_log_allowed() -> bool {
+    // SAFETY: no arguments; the helper only touches its own static
+    // rate-limit state, which `__ratelimit` locks.
+    unsafe { ffi::siw_rs_h_peer_log_ratelimit() }
+}
+
 /// An IPv4 or IPv6 socket address (`struct sockaddr_storage`).
 #[derive(Clone, Copy)]
 pub(crate) struct SockAddr(pub(crate) ffi::__kernel_sockaddr_storage);
