@@ -118,15 +118,22 @@ test_50_sigkill_releases_everything() {
 	uverbs_pair
 	local before
 	before=$(rdma_objects)
-	ip netns exec h1 timeout 120 "$WP" ib_write_bw -R -d rs1 -s 65536 -n 100000 >/tmp/s.log 2>&1 &
+	ip netns exec h1 timeout 240 "$WP" ib_write_bw -R -d rs1 -s 65536 -n 100000 >/tmp/s.log 2>&1 &
 	local s=$!
-	sleep 2
-	ip netns exec h2 timeout 120 "$WP" ib_write_bw -R -d rs2 -s 65536 -n 100000 10.55.0.1 >/tmp/c.log 2>&1 &
+	wait_listen h1 18515
+	ip netns exec h2 timeout 240 "$WP" ib_write_bw -R -d rs2 -s 65536 -n 100000 10.55.0.1 >/tmp/c.log 2>&1 &
 	local c=$!
-	# Let the transfer run, then kill the client mid-run.
-	sleep 8
+	# Let the transfer run, then kill the client mid-run: once both ends
+	# have registered their buffers (a fixed sleep is too short when the
+	# host is loaded; 90 s bounds it), and a little longer.
+	local i
+	for ((i = 0; i < 90; i++)); do
+		[ "$(rdma res show mr | grep -c 'dev rs')" -ge 2 ] && break
+		sleep 1
+	done
+	sleep 2
 	rdma res show mr | sed 's/^/    /' | head -n 4
-	[ "$(rdma res show mr | grep -c 'dev rs')" -ge 1 ] || fail_because "no MR registered during the run" || return 1
+	[ "$(rdma res show mr | grep -c 'dev rs')" -ge 2 ] || fail_because "no MR registered on both ends within 90 s" || return 1
 	# SIGKILL the perftest processes themselves (not their timeout).
 	pkill -KILL -f 'ib_write_bw -R -d rs2' || fail_because "no client process to kill" || return 1
 	wait "$c" 2>/dev/null || true
@@ -134,7 +141,6 @@ test_50_sigkill_releases_everything() {
 	sleep 3
 	pkill -KILL -f 'ib_write_bw -R -d rs1' || true
 	wait "$s" 2>/dev/null || true
-	local i
 	for ((i = 0; i < 100; i++)); do
 		pgrep -x ib_write_bw >/dev/null || break
 		sleep 0.1
