@@ -66,6 +66,31 @@ uverbs_pair() {
 	ip netns exec h2 rdma link add rs2 type siw_rs netdev veth2
 }
 
+# hang_watch SECS: if the test still runs after SECS, print what every
+# process of the test waits on (kernel stacks of blocked ones) and the
+# kernel log's tail, so that a hang explains itself, then end the test;
+# HANG_WATCH is its pid.
+hang_watch() {
+	local test_shell=$BASHPID
+	(
+		sleep "$1"
+		echo "    WATCHDOG: the test still runs after $1 s"
+		ps -eo pid=,stat=,wchan:32=,comm= | awk '$4 !~ /^\[/ && $2 !~ /^[RI]/' |
+			grep -vE ' (bash|sleep|ps|awk|sed|grep|timeout)$' | sed 's/^/    ps| /'
+		for p in $(ps -eo pid=,stat= | awk '$2 ~ /^D/ {print $1}'); do
+			echo "    blocked: $p $(cat /proc/"$p"/comm 2>/dev/null)"
+			sed 's/^/      /' /proc/"$p"/stack 2>/dev/null
+		done
+		echo w > /proc/sysrq-trigger 2>/dev/null
+		dmesg | tail -n 80 | sed 's/^/    dmesg| /'
+		# Its processes may be stuck in the kernel: end the test's shell,
+		# so that the runner reports it and checks the kernel log.
+		echo "    WATCHDOG: ending the test"
+		kill -KILL "$test_shell"
+	) &
+	HANG_WATCH=$!
+}
+
 kmemleak_available() { [ -w /sys/kernel/debug/kmemleak ]; }
 
 kmemleak_clear() {

@@ -100,31 +100,6 @@ listener_leftovers() {
 	{ rdma res show cm_id 2>&1 || true; } | grep -v LISTEN | sed -n '1,10s/^/    cm_id| /p'
 }
 
-# hang_watch SECS: if the test still runs after SECS, print what every
-# process of the test waits on (kernel stacks of blocked ones) and the
-# kernel log's tail, so that a hang explains itself, then end the test;
-# HANG_WATCH is its pid.
-hang_watch() {
-	local test_shell=$BASHPID
-	(
-		sleep "$1"
-		echo "    WATCHDOG: the test still runs after $1 s"
-		ps -eo pid=,stat=,wchan:32=,comm= | awk '$4 !~ /^\[/ && $2 !~ /^[RI]/' |
-			grep -vE ' (bash|sleep|ps|awk|sed|grep|timeout)$' | sed 's/^/    ps| /'
-		for p in $(ps -eo pid=,stat= | awk '$2 ~ /^D/ {print $1}'); do
-			echo "    blocked: $p $(cat /proc/"$p"/comm 2>/dev/null)"
-			sed 's/^/      /' /proc/"$p"/stack 2>/dev/null
-		done
-		echo w > /proc/sysrq-trigger 2>/dev/null
-		dmesg | tail -n 80 | sed 's/^/    dmesg| /'
-		# Its processes may be stuck in the kernel: end the test's shell,
-		# so that the runner reports it and checks the kernel log.
-		echo "    WATCHDOG: ending the test"
-		kill -KILL "$test_shell"
-	) &
-	HANG_WATCH=$!
-}
-
 # run_fuzzer NAME SECS [OPTIONS...]: the fuzzer from h2 against the
 # listener; its exit status in FUZZ_RC, its summary printed, the kernel
 # log kept beside its report.
