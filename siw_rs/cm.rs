@@ -290,9 +290,15 @@ impl Listener {
             let token = Arc::into_raw(pending.clone()) as usize;
             let mut ev = event(CmEventKind::ConnectRequest, 0, local, remote, &pd_copy);
             ev.provider_data = token;
-            // The peer's IRD is our ORD limit and vice versa.
-            ev.ird = u8::try_from(ord).unwrap_or(u8::MAX);
-            ev.ord = u8::try_from(ird).unwrap_or(u8::MAX);
+            // The peer's IRD and ORD, as iw_cm expects them in a connect
+            // request: rdma_cm hands `ird` to the consumer as its
+            // initiator depth (how many Reads it may have outstanding, the
+            // peer's IRD) and `ord` as its responder resources (the
+            // peer's ORD). Swapped, a peer asking for ORD 0 and IRD 16 (an
+            // nvme-rdma host) left the nvmet target an initiator depth of
+            // 0, and its Reads overran the peer's read queue.
+            ev.ird = u8::try_from(ird).unwrap_or(u8::MAX);
+            ev.ord = u8::try_from(ord).unwrap_or(u8::MAX);
             if self.id.deliver(&ev) != 0 {
                 // Not queued: the CM did not keep the token.
                 drop(take_token(token));
