@@ -52,11 +52,12 @@ nvmeof_target_down() {
 	fi
 }
 
-# nvmeof_connect: host side; prints the block device.
+# nvmeof_connect [ADDR]: host side (target at ADDR, default 10.55.0.1);
+# prints the block device.
 nvmeof_connect() {
 	# A short controller-loss timeout makes I/O fail, not hang, if the
 	# connection breaks.
-	timeout 120 nvme connect -t rdma -a 10.55.0.1 -s 4420 -n "$NVMEOF_NQN" -i 1 -l 20 -c 2 >/dev/null
+	timeout 120 nvme connect -t rdma -a "${1:-10.55.0.1}" -s 4420 -n "$NVMEOF_NQN" -i 1 -l 20 -c 2 >/dev/null
 	local i dev=""
 	for ((i = 0; i < 50; i++)); do
 		dev=$(nvme list -o json 2>/dev/null | grep -o '"DevicePath" *: *"/dev/nvme[0-9]*n1"' | grep -o '/dev/nvme[0-9]*n1' | head -1)
