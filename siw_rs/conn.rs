@@ -245,6 +245,26 @@ pub(crate) struct Conn {
     failed: AtomicBool,
     /// The error was the peer's access violation.
     access_error: AtomicBool,
+    /// The teardown's work item, part of the connection so that closing
+    /// never allocates: a teardown that could not be queued would never
+    /// run, and the QP's destroy would wait for it forever.
+    #[pin]
+    teardown_work: workqueue::Work<Conn, TEARDOWN>,
+}
+
+/// The work item id of [`Conn::teardown_work`].
+const TEARDOWN: u64 = 1;
+
+kernel::impl_has_work! {
+    impl HasWork<Self, TEARDOWN> for Conn { self.teardown_work }
+}
+
+impl workqueue::WorkItem<TEARDOWN> for Conn {
+    type Pointer = Arc<Conn>;
+
+    fn run(this: Arc<Conn>) {
+        this.teardown();
+    }
 }
 
 /// Largest ULPDU (DDP segment) this side sends to a peer that expects
@@ -314,6 +334,7 @@ impl Conn {
                 graceful: AtomicBool::new(false),
                 failed: AtomicBool::new(false),
                 access_error: AtomicBool::new(false),
+                teardown_work <- workqueue::new_work!("siw_rs_conn_teardown"),
             }),
             GFP_KERNEL,
         )?;
@@ -961,8 +982,9 @@ impl Conn {
         // The connection keeps itself alive through the QP's link to it
         // until `teardown` unlinks it; find that reference.
         let Some(me) = qp::conn_of(self.qp()) else { return };
-        if workqueue::system_long().try_spawn(GFP_ATOMIC, move || me.teardown()).is_err() {
-            pr_err!("qp {}: cannot queue connection teardown\n", self.qp().qp_num());
+        // `closing` makes this the only time the item is queued.
+        if workqueue::system_long().enqueue::<_, TEARDOWN>(me).is_err() {
+            pr_err!("qp {}: connection teardown queued twice\n", self.qp().qp_num());
         }
     }
 
