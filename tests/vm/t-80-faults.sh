@@ -126,3 +126,361 @@ test_82_link_del_under_traffic() {
 	ip netns exec h1 rdma link add rs1 type siw_rs netdev veth1
 	verified_rping 10 1024
 }
+
+# stop_rping: kills the endless rping pair (SP, CP) and reaps it.
+stop_rping() {
+	kill "$CP" "$SP" 2>/dev/null || true
+	wait "$CP" 2>/dev/null || true
+	wait "$SP" 2>/dev/null || true
+}
+
+test_83_veth_deleted_under_traffic() {
+	uverbs_pair
+	endless_rping
+	wait_pings 20 120 || return 1
+	local sp=$SP cp=$CP before
+	before=$(pings)
+	# Deleting veth1 deletes its peer veth2 too. siw_rs's netdev notifier
+	# unregisters the ib_device of each on NETDEV_UNREGISTER
+	# (ib_unregister_device_queued). As with `rdma link del` (t-82), the
+	# unregistration waits for the processes holding contexts: siw_rs,
+	# like siw, has no disassociate_ucontext, and ib_uverbs's remove_one
+	# (client removed before the RDMA CM's, so rping never gets a
+	# DEVICE_REMOVAL event) waits for the files to close. The netdevs,
+	# which the ib_devices hold, cannot be freed meanwhile, so
+	# `ip link del` does not return either.
+	ip -n h1 link del veth1 &
+	local dp=$!
+	sleep 5
+	echo "    veth pair deleted after $before pings: $(pings) pings 5 s later; ip link del $(kill -0 "$dp" 2>/dev/null && echo waiting || echo done)"
+	kill -0 "$cp" 2>/dev/null && kill -0 "$sp" 2>/dev/null ||
+		fail_because "an rping ended by itself: has siw_rs learnt to disassociate? update this test" || return 1
+	kill -0 "$dp" 2>/dev/null ||
+		fail_because "ip link del returned while rping held both devices" || return 1
+	! ip -n h1 link show veth1 > /dev/null 2>&1 || fail_because "veth1 is still listed" || return 1
+	# The users go (long before the 120 s after which the waiting
+	# unregistration work would be reported as a hung task); the
+	# deletion of both devices and of the netdevs must then complete.
+	pkill -KILL -x rping || true
+	wait "$sp" 2>/dev/null || true
+	wait "$cp" 2>/dev/null || true
+	local i
+	for ((i = 0; i < 150; i++)); do
+		kill -0 "$dp" 2>/dev/null || break
+		sleep 0.2
+	done
+	if kill -0 "$dp" 2>/dev/null; then
+		fail_because "ip link del veth1 still waits 30 s after rping died"
+		return 1
+	fi
+	wait "$dp" || fail_because "ip link del veth1 failed" || return 1
+	wait_dev_gone rs1 10 || fail_because "rs1 outlived its netdev" || return 1
+	wait_dev_gone rs2 10 || fail_because "rs2 outlived its netdev" || return 1
+	! grep -qi 'mismatch' /tmp/client.log || fail_because "rping saw corrupted data" || return 1
+	echo "    rs1 and rs2 gone with their netdevs; new ones serve verified rping"
+	scripts/topology down
+	uverbs_pair
+	verified_rping 10 1024 || return 1
+	no_qps rs1 && no_qps rs2
+}
+
+test_84_rmmod_under_traffic() {
+	uverbs_pair
+	endless_rping
+	wait_pings 20 120 || return 1
+	# Every open uverbs file pins the module of its device
+	# (ib_uverbs_open takes a reference on ops.owner when the driver has no
+	# disassociate_ucontext), so the module cannot go while rping runs:
+	# the kernel refuses delete_module with EWOULDBLOCK (EAGAIN) and
+	# kmod's rmmod, which checks the reference count first, says so.
+	local refs rc=0 out
+	refs=$(cat /sys/module/siw_rs/refcnt)
+	[ "$refs" -ge 2 ] || fail_because "siw_rs has $refs references with rping on both devices" || return 1
+	out=$(rmmod siw_rs 2>&1) || rc=$?
+	echo "    rmmod with $refs references: exit $rc: $out"
+	[ "$rc" != 0 ] || fail_because "rmmod siw_rs succeeded under traffic" || return 1
+	case $out in *"in use"*) ;; *) fail_because "rmmod did not fail as 'in use'"; return 1 ;; esac
+	out=$(python3 -c 'import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+r = libc.syscall(176, b"siw_rs", os.O_NONBLOCK)  # delete_module on x86_64
+print(r, os.strerror(ctypes.get_errno()) if r else "")')
+	echo "    delete_module(siw_rs, O_NONBLOCK): $out"
+	[ "$out" = "-1 $(python3 -c 'import os, errno; print(os.strerror(errno.EAGAIN))')" ] ||
+		fail_because "delete_module did not fail with EAGAIN" || return 1
+	grep -q '^siw_rs .* Live ' /proc/modules || fail_because "siw_rs is not live after the refused unload" || return 1
+	have_dev rs1 && have_dev rs2 || fail_because "a device went away with the refused unload" || return 1
+	# The same connections carry on, every ping verified.
+	local before
+	before=$(pings)
+	wait_pings $((before + 20)) 120 || return 1
+	echo "    $(pings) pings, 20+ of them after the refused unload"
+	stop_rping
+	! grep -qi 'mismatch' /tmp/client.log || fail_because "rping saw corrupted data" || return 1
+	no_qps rs1 && no_qps rs2 || return 1
+	# Without users the references are gone and rmmod removes the module
+	# with both devices still registered.
+	local i
+	for ((i = 0; i < 50; i++)); do
+		[ "$(cat /sys/module/siw_rs/refcnt)" = 0 ] && break
+		sleep 0.2
+	done
+	[ "$(cat /sys/module/siw_rs/refcnt)" = 0 ] ||
+		fail_because "siw_rs keeps $(cat /sys/module/siw_rs/refcnt) references after rping ended" || return 1
+	rmmod siw_rs || fail_because "rmmod siw_rs failed without users" || return 1
+	expect_no_dev rs1 && expect_no_dev rs2 || return 1
+	# Loaded again, the new devices serve verified rping.
+	insmod "$SIW_RS_KO"
+	ip netns exec h1 rdma link add rs1 type siw_rs netdev veth1
+	ip netns exec h2 rdma link add rs2 type siw_rs netdev veth2
+	verified_rping 10 1024 || return 1
+	no_qps rs1 && no_qps rs2
+}
+
+# Fault injection (failslab, fail_page_alloc) for the processes under test
+# only: task-filter on, each attribute set by fault_set DIR KEY=VALUE...
+fault_set() {
+	local d=/sys/kernel/debug/$1 kv
+	shift
+	for kv in "$@"; do echo "${kv#*=}" > "$d/${kv%%=*}"; done
+}
+fault_get() { cat "/sys/kernel/debug/$1/$2"; }
+
+# A preload library that makes a process fail allocations from its first
+# rdma_create_id on: /proc/thread-self/make-it-fail, inherited by the
+# threads rping starts after it. Not earlier: exec, the dynamic loader and
+# libibverbs' provider loading read files from the VM's 9p root, and a
+# failed allocation in the 9p client breaks it for every process (seen:
+# every later exec in the VM failed with EINVAL). For the same reason it
+# faults in and locks what is mapped (no page read from 9p while failing)
+# and clears make-it-fail of every thread at exit, before the exit path
+# drops the last references to 9p files. The verbs and CM calls, their
+# error paths and rping's own teardown of what it created all run with
+# allocations failing.
+ENOMEM_HOOK_C='
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* Retried: the open and the write may themselves fail by injection. */
+static void put_flag(const char *path, const char *v)
+{
+	for (int i = 0; i < 100000; i++) {
+		int fd = open(path, O_WRONLY);
+		if (fd < 0)
+			continue;
+		ssize_t n = write(fd, v, 1);
+		close(fd);
+		if (n == 1)
+			return;
+	}
+}
+
+int rdma_create_id(void *ch, void **id, void *ctx, int ps)
+{
+	static int (*real)(void *, void **, void *, int);
+	static int armed;
+
+	if (!real)
+		real = (int (*)(void *, void **, void *, int))dlsym(RTLD_NEXT, "rdma_create_id");
+	if (!armed) {
+		armed = 1;
+		mlockall(MCL_CURRENT);
+		put_flag("/proc/thread-self/make-it-fail", "1");
+	}
+	return real(ch, id, ctx, ps);
+}
+
+__attribute__((destructor)) static void unfail(void)
+{
+	char path[64];
+	struct dirent *e;
+	DIR *d = NULL;
+
+	put_flag("/proc/thread-self/make-it-fail", "0");
+	for (int i = 0; i < 100000 && !d; i++)
+		d = opendir("/proc/self/task");
+	if (!d)
+		return;
+	while ((e = readdir(d)))
+		if (e->d_name[0] != 0x2e) {
+			snprintf(path, sizeof(path), "/proc/self/task/%s/make-it-fail", e->d_name);
+			put_flag(path, "0");
+		}
+	closedir(d);
+}
+'
+
+# enomem_dump: the kernel and user stacks of every rping but the
+# persistent server (a run that hangs is a finding to diagnose).
+enomem_dump() {
+	local pid t
+	for pid in $(pgrep -x rping); do
+		grep -q -- '-P' "/proc/$pid/cmdline" 2>/dev/null && continue
+		echo "      rping $pid: $(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null)"
+		for t in /proc/"$pid"/task/*; do
+			echo "      thread ${t##*/}: wchan $(cat "$t/wchan" 2>/dev/null)"
+			sed 's/^/        /' "$t/stack" 2>/dev/null || true
+		done
+		timeout 60 gdb -p "$pid" -batch -ex 'thread apply all bt' 2>&1 |
+			grep -E '^(#|Thread)' | head -n 40 | sed 's/^/      gdb| /' || true
+	done
+	rdma res show qp | sed 's/^/      qp| /'
+}
+
+# enomem_run CLIENT|SERVER: one verified rping of 2 pings of 1 KiB with the
+# client (against the persistent server on port 7174) or a one-time server
+# (port 7175, against a plain client) failing allocations as set up; sets
+# RUN to ok, failed or hung (not done within 60 s), FIRED to the number
+# of injected failures, WHERE to what it did.
+enomem_run() {
+	local fs0 fp0 crc=0 src=0 n cp fsp= i
+	fs0=$(fault_get failslab times)
+	fp0=$(fault_get fail_page_alloc times)
+	local hook=(env LC_ALL=C "LD_PRELOAD=$EH/hook.so:libgcc_s.so.1")
+	: > "$EH/server.log"
+	if [ "$1" = server ]; then
+		ip netns exec h1 timeout -k 5 90 "${hook[@]}" "$WP" rping -s -a 10.55.0.1 -p 7175 \
+			-C 2 -S 1024 -V -v -d > "$EH/server.log" 2>&1 &
+		fsp=$!
+		for ((i = 0; i < 200; i++)); do
+			[ -n "$(ip netns exec h1 ss -Hltn 'sport = :7175' 2>/dev/null)" ] && break
+			kill -0 "$fsp" 2>/dev/null || break
+			sleep 0.1
+		done
+		ip netns exec h2 timeout -k 5 90 "$WP" rping -c -a 10.55.0.1 -p 7175 \
+			-C 2 -S 1024 -V -v > "$EH/client.log" 2>&1 &
+		cp=$!
+	else
+		ip netns exec h2 timeout -k 5 90 "${hook[@]}" "$WP" rping -c -a 10.55.0.1 \
+			-C 2 -S 1024 -V -v -d > "$EH/client.log" 2>&1 &
+		cp=$!
+	fi
+	for ((i = 0; i < 600; i++)); do
+		! kill -0 "$cp" 2>/dev/null && { [ -z "$fsp" ] || ! kill -0 "$fsp" 2>/dev/null; } && break
+		sleep 0.1
+	done
+	if [ "$i" = 600 ]; then
+		enomem_dump
+		for i in $(pgrep -x rping); do
+			grep -q -- '-P' "/proc/$i/cmdline" 2>/dev/null || kill -KILL "$i" 2>/dev/null || true
+		done
+	fi
+	wait "$cp" || crc=$?
+	[ -z "$fsp" ] || wait "$fsp" || src=$?
+	FIRED=$(( fs0 - $(fault_get failslab times) + fp0 - $(fault_get fail_page_alloc times) ))
+	n=$(grep -c '^ping data' "$EH/client.log" || true)
+	# 137: killed above (or by timeout's -k); 124: timeout's own SIGTERM.
+	if [ "$crc" = 124 ] || [ "$crc" = 137 ] || [ "$src" = 124 ] || [ "$src" = 137 ]; then
+		RUN=hung
+	elif [ "$crc" = 0 ] && [ "$src" = 0 ] && [ "$n" = 2 ] && ! grep -q mismatch "$EH/client.log"; then
+		RUN=ok
+	else
+		RUN=failed
+	fi
+	# Where it stopped: rping -d logs each step it completed.
+	WHERE="client $crc, server $src, $n pings; $(cat "$EH/client.log" "$EH/server.log" |
+		grep -v -e '^ping data' -e '^server ping data' -e '^cq_thread' -e 'completion$' \
+			-e '^RDMA addr' -e '^rdma write from' -e '^Received rkey' -e '^server \(posted\|received\)' |
+		tail -n 2 | cut -c1-60 | tr '\n' '|')"
+}
+
+test_85_enomem_injection() {
+	uverbs_pair
+	EH=$(mktemp -d)
+	mount -t tmpfs tmpfs "$EH"
+	printf '%s' "$ENOMEM_HOOK_C" | gcc -O2 -shared -fPIC -o "$EH/hook.so" -x c - -ldl
+	fault_set failslab probability=0 task-filter=Y verbose=0 ignore-gfp-wait=N interval=1 times=0 space=0
+	fault_set fail_page_alloc probability=0 task-filter=Y verbose=0 ignore-gfp-wait=N \
+		ignore-gfp-highmem=N min-order=0 interval=1 times=0 space=0
+	ip netns exec h1 timeout 400 "$WP" rping -s -P -a 10.55.0.1 -C 2 -S 1024 -V > "$EH/pserver.log" 2>&1 &
+	local psp=$! restarts=0
+	wait_listen h1 7174
+	# The allocations a run makes once failing: with a budget ("space",
+	# octets for failslab, pages for fail_page_alloc) no run exhausts and
+	# probability 100, each attribute counts them down without failing.
+	local big=2000000000 slab_c page_c slab_s page_s side
+	for side in client server; do
+		fault_set failslab probability=100 times=1 space=$big
+		fault_set fail_page_alloc probability=100 times=1 space=$big
+		enomem_run $side
+		[ "$RUN" = ok ] && [ "$FIRED" = 0 ] ||
+			fail_because "a $side run without a failure did not pass: $WHERE" || return 1
+		if [ $side = client ]; then
+			slab_c=$((big - $(fault_get failslab space))) page_c=$((big - $(fault_get fail_page_alloc space)))
+		else
+			slab_s=$((big - $(fault_get failslab space))) page_s=$((big - $(fault_get fail_page_alloc space)))
+		fi
+	done
+	echo "    failing part of a run allocates: client $slab_c octets of slab, $page_c pages; server $slab_s octets, $page_s pages"
+	[ "$slab_c" -gt 0 ] && [ "$page_c" -gt 0 ] && [ "$slab_s" -gt 0 ] ||
+		fail_because "the runs allocated nothing under the task filter: make-it-fail not set?" || return 1
+	# Runs in turn: a control run without injection; failures at a random
+	# point of the client's slab allocations (twice), of its page
+	# allocations, and of the server's slab allocations; failures
+	# throughout (5% of the client's slab and page allocations, its
+	# teardown included). At a point, three allocations in a row fail:
+	# every tracked allocation is followed by one of kmemleak's own, which
+	# falls back to a reserve pool and so never fails, and slab refills
+	# and page faults retry, so a single failure would mostly be absorbed.
+	# Every mode once, then as many rounds as fit in 120 s.
+	local start=$SECONDS i=0 mode ok=0 tolerated=0 failed=0 hung=0 unexplained=0 b t
+	while [ $i -lt 6 ] || { [ $i -lt 36 ] && [ $((SECONDS - start)) -lt 120 ]; }; do
+		if ! kill -0 "$psp" 2>/dev/null; then
+			# rping -P exits when a connection fails while it is being
+			# accepted (a client that died mid-handshake).
+			restarts=$((restarts + 1))
+			ip netns exec h1 timeout 400 "$WP" rping -s -P -a 10.55.0.1 -C 2 -S 1024 -V >> "$EH/pserver.log" 2>&1 &
+			psp=$!
+			wait_listen h1 7174
+		fi
+		fault_set failslab probability=0 times=0 space=0
+		fault_set fail_page_alloc probability=0 times=0 space=0
+		case $((i % 6)) in
+		0) mode="control"; side=client ;;
+		1 | 2) b=$(( (RANDOM * 32768 + RANDOM) % slab_c )); mode="client slab at $b"; side=client
+			fault_set failslab probability=100 times=3 space=$b ;;
+		3) b=$(( (RANDOM * 32768 + RANDOM) % page_c )); mode="client page at $b"; side=client
+			fault_set fail_page_alloc probability=100 times=3 space=$b ;;
+		4) b=$(( (RANDOM * 32768 + RANDOM) % slab_s )); mode="server slab at $b"; side=server
+			fault_set failslab probability=100 times=3 space=$b ;;
+		5) mode="client 5%"; side=client
+			fault_set failslab probability=5 times=1000
+			fault_set fail_page_alloc probability=5 times=1000 ;;
+		esac
+		t=$SECONDS
+		enomem_run $side
+		t=$((SECONDS - t))
+		i=$((i + 1))
+		case $RUN/$FIRED in
+		hung/*) hung=$((hung + 1)) ;;
+		ok/0) ok=$((ok + 1)) ;;
+		ok/*) tolerated=$((tolerated + 1)) ;;
+		failed/0) unexplained=$((unexplained + 1)) ;;
+		failed/*) failed=$((failed + 1)) ;;
+		esac
+		printf '    %2d %-24s %3ds %-6s %3d injected: %s\n' "$i" "$mode" "$t" "$RUN" "$FIRED" "$WHERE"
+		if [ "$RUN" = hung ] || [ "$RUN/$FIRED" = failed/0 ]; then
+			sed 's/^/      client| /' "$EH/client.log" | tail -n 8
+			sed 's/^/      server| /' "$EH/server.log" | tail -n 8
+		fi
+	done
+	fault_set failslab probability=0 times=0 space=0
+	fault_set fail_page_alloc probability=0 times=0 space=0
+	kill "$psp" 2>/dev/null || true
+	wait "$psp" 2>/dev/null || true
+	echo "    $i runs in $((SECONDS - start)) s: $ok passed without a failure, $tolerated passed despite injected failures," \
+		"$failed failed by injection, $hung hung, $unexplained failed without an injected failure; persistent server restarted $restarts times"
+	umount "$EH"
+	rmdir "$EH"
+	[ "$hung" = 0 ] || fail_because "$hung runs hung" || return 1
+	[ "$unexplained" = 0 ] || fail_because "$unexplained runs failed without an injected failure" || return 1
+	[ "$failed" -ge 2 ] || fail_because "only $failed runs failed by injection: the test tested little" || return 1
+	[ "$ok" -ge 1 ] || fail_because "no run without injection passed" || return 1
+	! dmesg | grep -q 'kmemleak: .*disabled' || fail_because "kmemleak switched itself off" || return 1
+	no_qps rs1 && no_qps rs2 || return 1
+	verified_rping 10 1024
+}
