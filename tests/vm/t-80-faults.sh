@@ -94,32 +94,37 @@ test_81_link_down_and_up_during_transfer() {
 	no_qps rs1 && no_qps rs2
 }
 
+# kill_users_then_wait PID WHAT: SIGKILLs the endless rping pair (rping
+# itself, not the `timeout` around it, which SIGKILL would not pass on),
+# then requires the deletion PID (WHAT names it), which waited for them, to
+# finish within 30 s and succeed.
+kill_users_then_wait() {
+	local i
+	pkill -KILL -x rping || true
+	wait "$SP" 2>/dev/null || true
+	wait "$CP" 2>/dev/null || true
+	for ((i = 0; i < 150; i++)); do
+		kill -0 "$1" 2>/dev/null || break
+		sleep 0.2
+	done
+	if kill -0 "$1" 2>/dev/null; then
+		fail_because "$2 still waits 30 s after its users died"
+		return 1
+	fi
+	wait "$1" || fail_because "$2 failed" || return 1
+}
+
 test_82_link_del_under_traffic() {
 	uverbs_pair
 	endless_rping
 	wait_pings 20 120 || return 1
-	local sp=$SP cp=$CP
 	# The device cannot go while a process holds a context on it (siw_rs,
 	# like siw, does not disassociate): `rdma link del` waits for it. The
 	# processes are then killed; the deletion must complete.
 	rdma link del rs1 &
 	local dp=$!
 	sleep 3
-	# rping itself, not the `timeout` around it (which SIGKILL would not
-	# pass on).
-	pkill -KILL -x rping || true
-	wait "$sp" 2>/dev/null || true
-	wait "$cp" 2>/dev/null || true
-	local i
-	for ((i = 0; i < 150; i++)); do
-		kill -0 "$dp" 2>/dev/null || break
-		sleep 0.2
-	done
-	if kill -0 "$dp" 2>/dev/null; then
-		fail_because "rdma link del rs1 still waits 30 s after its users died"
-		return 1
-	fi
-	wait "$dp" || fail_because "rdma link del rs1 failed" || return 1
+	kill_users_then_wait "$dp" "rdma link del rs1" || return 1
 	expect_no_dev rs1 "rs1 still exists after link del" || return 1
 	no_qps rs2 || return 1
 	echo "    rs1 deleted under traffic; a new rs1 serves verified rping"
@@ -138,7 +143,7 @@ test_83_veth_deleted_under_traffic() {
 	uverbs_pair
 	endless_rping
 	wait_pings 20 120 || return 1
-	local sp=$SP cp=$CP before
+	local before
 	before=$(pings)
 	# Deleting veth1 deletes its peer veth2 too. siw_rs's netdev notifier
 	# unregisters the ib_device of each on NETDEV_UNREGISTER
@@ -152,28 +157,17 @@ test_83_veth_deleted_under_traffic() {
 	ip -n h1 link del veth1 &
 	local dp=$!
 	sleep 5
-	echo "    veth pair deleted after $before pings: $(pings) pings 5 s later; ip link del $(kill -0 "$dp" 2>/dev/null && echo waiting || echo done)"
-	kill -0 "$cp" 2>/dev/null && kill -0 "$sp" 2>/dev/null ||
-		fail_because "an rping ended by itself: has siw_rs learnt to disassociate? update this test" || return 1
-	kill -0 "$dp" 2>/dev/null ||
-		fail_because "ip link del returned while rping held both devices" || return 1
+	# Measured (2026-11-23): both rpings still run and ip link del still
+	# waits. Reported, not required: ending the users' contexts
+	# (disassociate) would be the better behaviour.
+	echo "    veth pair deleted after $before pings: $(pings) pings 5 s later;" \
+		"rping $(kill -0 "$CP" 2>/dev/null && kill -0 "$SP" 2>/dev/null && echo "still holds both devices" || echo ended);" \
+		"ip link del $(kill -0 "$dp" 2>/dev/null && echo waiting || echo done)"
 	! ip -n h1 link show veth1 > /dev/null 2>&1 || fail_because "veth1 is still listed" || return 1
 	# The users go (long before the 120 s after which the waiting
 	# unregistration work would be reported as a hung task); the
 	# deletion of both devices and of the netdevs must then complete.
-	pkill -KILL -x rping || true
-	wait "$sp" 2>/dev/null || true
-	wait "$cp" 2>/dev/null || true
-	local i
-	for ((i = 0; i < 150; i++)); do
-		kill -0 "$dp" 2>/dev/null || break
-		sleep 0.2
-	done
-	if kill -0 "$dp" 2>/dev/null; then
-		fail_because "ip link del veth1 still waits 30 s after rping died"
-		return 1
-	fi
-	wait "$dp" || fail_because "ip link del veth1 failed" || return 1
+	kill_users_then_wait "$dp" "ip link del veth1" || return 1
 	wait_dev_gone rs1 10 || fail_because "rs1 outlived its netdev" || return 1
 	wait_dev_gone rs2 10 || fail_because "rs2 outlived its netdev" || return 1
 	! grep -qi 'mismatch' /tmp/client.log || fail_because "rping saw corrupted data" || return 1
@@ -334,8 +328,9 @@ enomem_dump() {
 # enomem_run CLIENT|SERVER: one verified rping of 2 pings of 1 KiB with the
 # client (against the persistent server on port 7174) or a one-time server
 # (port 7175, against a plain client) failing allocations as set up; sets
-# RUN to ok, failed or hung (not done within 60 s), FIRED to the number
-# of injected failures, WHERE to what it did.
+# RUN to ok, failed, hung (not done within 60 s, then killed) or
+# unkillable (still there 10 s after SIGKILL: stuck in the kernel), FIRED
+# to the number of injected failures, WHERE to what it did.
 enomem_run() {
 	local fs0 fp0 crc=0 src=0 n cp fsp= i
 	fs0=$(fault_get failslab times)
@@ -363,18 +358,29 @@ enomem_run() {
 		! kill -0 "$cp" 2>/dev/null && { [ -z "$fsp" ] || ! kill -0 "$fsp" 2>/dev/null; } && break
 		sleep 0.1
 	done
+	local stuck=
 	if [ "$i" = 600 ]; then
 		enomem_dump
 		for i in $(pgrep -x rping); do
 			grep -q -- '-P' "/proc/$i/cmdline" 2>/dev/null || kill -KILL "$i" 2>/dev/null || true
 		done
+		# A process SIGKILL cannot end within 10 s is stuck in the kernel.
+		for ((i = 0; i < 100; i++)); do
+			! kill -0 "$cp" 2>/dev/null && { [ -z "$fsp" ] || ! kill -0 "$fsp" 2>/dev/null; } && break
+			sleep 0.1
+		done
+		if [ "$i" = 100 ]; then
+			RUN=unkillable FIRED=-1 WHERE="an rping outlived SIGKILL by 10 s"
+			return
+		fi
+		stuck=1
 	fi
 	wait "$cp" || crc=$?
 	[ -z "$fsp" ] || wait "$fsp" || src=$?
 	FIRED=$(( fs0 - $(fault_get failslab times) + fp0 - $(fault_get fail_page_alloc times) ))
 	n=$(grep -c '^ping data' "$EH/client.log" || true)
 	# 137: killed above (or by timeout's -k); 124: timeout's own SIGTERM.
-	if [ "$crc" = 124 ] || [ "$crc" = 137 ] || [ "$src" = 124 ] || [ "$src" = 137 ]; then
+	if [ -n "$stuck" ] || [ "$crc" = 124 ] || [ "$crc" = 137 ] || [ "$src" = 124 ] || [ "$src" = 137 ]; then
 		RUN=hung
 	elif [ "$crc" = 0 ] && [ "$src" = 0 ] && [ "$n" = 2 ] && ! grep -q mismatch "$EH/client.log"; then
 		RUN=ok
@@ -427,7 +433,7 @@ test_85_enomem_injection() {
 	# falls back to a reserve pool and so never fails, and slab refills
 	# and page faults retry, so a single failure would mostly be absorbed.
 	# Every mode once, then as many rounds as fit in 120 s.
-	local start=$SECONDS i=0 mode ok=0 tolerated=0 failed=0 hung=0 unexplained=0 b t
+	local start=$SECONDS i=0 mode ok=0 tolerated=0 failed=0 hung=0 killed=0 unkillable=0 unexplained=0 b t
 	while [ $i -lt 6 ] || { [ $i -lt 36 ] && [ $((SECONDS - start)) -lt 120 ]; }; do
 		if ! kill -0 "$psp" 2>/dev/null; then
 			# rping -P exits when a connection fails while it is being
@@ -456,13 +462,22 @@ test_85_enomem_injection() {
 		t=$((SECONDS - t))
 		i=$((i + 1))
 		case $RUN/$FIRED in
-		hung/*) hung=$((hung + 1)) ;;
+		unkillable/*) unkillable=$((unkillable + 1)) ;;
+		# A process waiting in user space after an injected failure, which
+		# SIGKILL ends: seen once, rping's server after its rdma_accept
+		# failed with ENOMEM (its error path leaves the CQ thread waiting).
+		# Reported; the checks after the runs (no QP left, kmemleak, a
+		# verified rping) still hold it to a full cleanup. Without an
+		# injected failure a hang fails the test.
+		hung/0) hung=$((hung + 1)) ;;
+		hung/*) killed=$((killed + 1)) ;;
 		ok/0) ok=$((ok + 1)) ;;
 		ok/*) tolerated=$((tolerated + 1)) ;;
 		failed/0) unexplained=$((unexplained + 1)) ;;
 		failed/*) failed=$((failed + 1)) ;;
 		esac
 		printf '    %2d %-24s %3ds %-6s %3d injected: %s\n' "$i" "$mode" "$t" "$RUN" "$FIRED" "$WHERE"
+		[ "$RUN" != unkillable ] || break
 		if [ "$RUN" = hung ] || [ "$RUN/$FIRED" = failed/0 ]; then
 			sed 's/^/      client| /' "$EH/client.log" | tail -n 8
 			sed 's/^/      server| /' "$EH/server.log" | tail -n 8
@@ -473,12 +488,15 @@ test_85_enomem_injection() {
 	kill "$psp" 2>/dev/null || true
 	wait "$psp" 2>/dev/null || true
 	echo "    $i runs in $((SECONDS - start)) s: $ok passed without a failure, $tolerated passed despite injected failures," \
-		"$failed failed by injection, $hung hung, $unexplained failed without an injected failure; persistent server restarted $restarts times"
+		"$failed failed by injection, $killed hung after an injected failure and were killed," \
+		"$hung hung without one, $unkillable could not be killed, $unexplained failed without an injected failure;" \
+		"persistent server restarted $restarts times"
+	[ "$unkillable" = 0 ] || fail_because "an rping is stuck in the kernel" || return 1
 	umount "$EH"
 	rmdir "$EH"
-	[ "$hung" = 0 ] || fail_because "$hung runs hung" || return 1
+	[ "$hung" = 0 ] || fail_because "$hung runs hung without an injected failure" || return 1
 	[ "$unexplained" = 0 ] || fail_because "$unexplained runs failed without an injected failure" || return 1
-	[ "$failed" -ge 2 ] || fail_because "only $failed runs failed by injection: the test tested little" || return 1
+	[ $((failed + killed)) -ge 2 ] || fail_because "only $((failed + killed)) runs failed by injection: the test tested little" || return 1
 	[ "$ok" -ge 1 ] || fail_because "no run without injection passed" || return 1
 	! dmesg | grep -q 'kmemleak: .*disabled' || fail_because "kmemleak switched itself off" || return 1
 	no_qps rs1 && no_qps rs2 || return 1
