@@ -6,8 +6,9 @@
 SIW_RS_KO=${SIW_RS_KO:?SIW_RS_KO must name the built siw_rs.ko}
 
 # Kernel log patterns that fail any test: warnings, KASAN, lockdep, hung
-# tasks, Rust panics, leaks.
-BAD_DMESG='WARNING:|BUG:|KASAN|UBSAN|Oops|general protection|possible recursive locking|circular locking|inconsistent lock state|INFO: task .* blocked|rust_panic|panicked at|unreferenced object|refcount_t:|list_add corruption|list_del corruption'
+# tasks, Rust panics, leaks, SLUB debug reports ("BUG kmalloc-64 (Tainted:
+# ...): Left Redzone overwritten", no colon after BUG).
+BAD_DMESG='WARNING:|BUG:|BUG [[:alnum:]_.:-]+ \(|KASAN|UBSAN|Oops|general protection|possible recursive locking|circular locking|inconsistent lock state|INFO: task .* blocked|rust_panic|panicked at|unreferenced object|refcount_t:|list_add corruption|list_del corruption'
 
 # Whether a kernel report belongs to upstream siw alone: in a test named
 # *_upstream_siw (which never loads siw_rs), a log with frames in siw's
