@@ -73,7 +73,10 @@ impl Error {
         let what = what.into();
         match err.kind() {
             io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Error::Timeout(what),
-            io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted => Error::PeerReset,
+            // EPIPE: writing to a connection the peer reset.
+            io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe => Error::PeerReset,
             _ => Error::Io { what, err },
         }
     }
