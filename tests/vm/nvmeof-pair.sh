@@ -62,12 +62,16 @@ pair_target() {
 	hang_watch "${PAIR_WATCH:-$((PAIR_WAIT + 900))}"
 	pair_link 1 || return 1
 	nvmeof_modules
+	# Kernel log lines from before the port is enabled, kept apart: a
+	# count of `dmesg` taken after enabling it raced with the host, whose
+	# first connection can come before the count under the debug kernel.
+	dmesg -W > /tmp/pair-kmsg.log 2>&1 &
+	local follow=$!
 	nvmeof_target "$PAIR_TARGET"
 	# nvmet enables a port even when the RDMA CM cannot bind it (it only
 	# logs that): the target must really listen before the host may try.
 	[ -n "$(ss -Hltn "sport = :4420")" ] || fail_because "nothing listens on $PAIR_TARGET:4420" || return 1
-	local before verdict
-	before=$(dmesg | grep -c 'nvmet: creating nvm controller' || true)
+	local verdict
 	# The host tries discovery for PAIR_WAIT s, then needs time for its I/O.
 	verdict=$(timeout $((PAIR_WAIT + 600)) /usr/bin/python3 -c '
 import socket, sys
@@ -79,7 +83,8 @@ c, _ = s.accept()
 print(c.makefile().readline().strip())
 ' "$PAIR_TARGET" "$PAIR_SIGNAL_PORT") || true
 	local ctrls
-	ctrls=$(( $(dmesg | grep -c 'nvmet: creating nvm controller' || true) - before ))
+	kill "$follow" 2>/dev/null || true
+	ctrls=$(grep -c 'nvmet: creating nvm controller' /tmp/pair-kmsg.log || true)
 	echo "    the host says '${verdict:-nothing}'; $ctrls controllers were created here"
 	nvmeof_target_down
 	rdma link del p1
