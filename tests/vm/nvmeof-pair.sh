@@ -58,7 +58,7 @@ pair_dmesg() {
 }
 
 pair_target() {
-	trap 'rc=$?; kill "$HANG_WATCH" 2>/dev/null; [ "$rc" = 0 ] || pair_dmesg' EXIT
+	trap 'rc=$?; kill "$HANG_WATCH" ${PAIR_FOLLOW:-} 2>/dev/null; [ "$rc" = 0 ] || pair_dmesg' EXIT
 	hang_watch "${PAIR_WATCH:-$((PAIR_WAIT + 900))}"
 	pair_link 1 || return 1
 	nvmeof_modules
@@ -66,7 +66,8 @@ pair_target() {
 	# count of `dmesg` taken after enabling it raced with the host, whose
 	# first connection can come before the count under the debug kernel.
 	dmesg -W > /tmp/pair-kmsg.log 2>&1 &
-	local follow=$!
+	# Global, so that the EXIT trap also ends it when the target fails early.
+	PAIR_FOLLOW=$!
 	nvmeof_target "$PAIR_TARGET"
 	# nvmet enables a port even when the RDMA CM cannot bind it (it only
 	# logs that): the target must really listen before the host may try.
@@ -83,7 +84,7 @@ c, _ = s.accept()
 print(c.makefile().readline().strip())
 ' "$PAIR_TARGET" "$PAIR_SIGNAL_PORT") || true
 	local ctrls
-	kill "$follow" 2>/dev/null || true
+	kill "$PAIR_FOLLOW" 2>/dev/null || true
 	ctrls=$(grep -c 'nvmet: creating nvm controller' /tmp/pair-kmsg.log || true)
 	echo "    the host says '${verdict:-nothing}'; $ctrls controllers were created here"
 	nvmeof_target_down
