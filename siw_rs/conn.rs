@@ -26,10 +26,10 @@
 //!   which `destroy_qp` waits for.
 
 use crate::{
+    crc::Crc32c,
     device::SiwRs,
     iw::{CmEvent, CmEventKind, CmId},
     iwarp::{
-        crc32c::SoftCrc32c,
         mpa::{Negotiated, RES_LARGE_FPDUS},
         rdmap::{AtomicOp, AtomicRequest, AtomicResponse, Extensions, ImmediateData, Opcode},
         rx::{FixedPayload, Receiver, RxConfig, RxError, RxEvent, Target},
@@ -87,7 +87,7 @@ impl QpPtr {
 
 /// Receive state of the message in progress.
 struct Rx {
-    receiver: KBox<Receiver<SoftCrc32c>>,
+    receiver: KBox<Receiver<Crc32c>>,
     /// The receive WQE of the Send in progress and its regions.
     recv: Option<(RecvWqe, [Option<Arc<Mem>>; qp::NSGE])>,
     /// The region of the tagged message in progress.
@@ -114,7 +114,7 @@ struct Tx {
     /// The message in progress. A batch only ever holds FPDUs of this one
     /// message, so its payload pieces resolve through `segs`.
     cur: Option<Cur>,
-    crc: SoftCrc32c,
+    crc: Crc32c,
     /// Request Identifier of the next Atomic Request.
     atomic_id: u32,
 }
@@ -297,7 +297,7 @@ impl Conn {
         // they are sent only when a consumer posts them (upstream siw
         // answers them with a TERMINATE, Unexpected OpCode).
         let rxc = RxConfig::from_negotiated(&neg, Extensions::ALL);
-        let receiver = KBox::new(Receiver::new(rxc, SoftCrc32c::new()), GFP_KERNEL)?;
+        let receiver = KBox::new(Receiver::new(rxc, Crc32c::new()), GFP_KERNEL)?;
         let txc = TxConfig::from_negotiated(&neg, mulpdu_for(&neg), Extensions::ALL);
         let batch = KBox::new(TxBatch::new(), GFP_KERNEL)?;
         let (local, remote) = (sock.local_addr(), sock.peer_addr());
@@ -324,7 +324,7 @@ impl Conn {
                     transmitter: Transmitter::new(txc),
                     batch,
                     cur: None,
-                    crc: SoftCrc32c::new(),
+                    crc: Crc32c::new(),
                     atomic_id: 0,
                 }),
                 term <- crate::sync::new_irq_spinlock!(None),
@@ -1005,7 +1005,7 @@ impl Conn {
         if let Some(t) = term {
             let mut buf = [0u8; 128];
             let mut tx = self.tx.lock();
-            let mut crc = SoftCrc32c::new();
+            let mut crc = Crc32c::new();
             if let Ok(n) = tx.transmitter.emit_message(&Message::Terminate(t), &[], &mut crc, &mut buf) {
                 self.sock.set_timeouts(1000, 1000);
                 let _ = self.sock.send_all(&[buf.get(..n).unwrap_or(&[])]);

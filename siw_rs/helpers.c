@@ -2,6 +2,7 @@
 /*
  * C helpers for siw_rs: wrappers of static inlines and macros (see helpers.h).
  */
+#include <crypto/hash.h>
 #include <linux/cpumask.h>
 #include <linux/etherdevice.h>
 #include <linux/module.h>
@@ -104,6 +105,51 @@ bool siw_rs_h_peer_log_ratelimit(void)
 	static DEFINE_RATELIMIT_STATE(peer_log, 5 * HZ, 50);
 
 	return __ratelimit(&peer_log);
+}
+
+static struct crypto_shash *crc32c_tfm;
+
+int siw_rs_h_crc32c_init(void)
+{
+	struct crypto_shash *tfm = crypto_alloc_shash("crc32c", 0, 0);
+
+	if (IS_ERR(tfm))
+		return PTR_ERR(tfm);
+	/*
+	 * update() moves the running register in and out of the descriptor
+	 * with import/export: the state must be exactly that register.
+	 */
+	if (crypto_shash_statesize(tfm) != sizeof(u32)) {
+		crypto_free_shash(tfm);
+		return -EOPNOTSUPP;
+	}
+	crc32c_tfm = tfm;
+	pr_info("siw_rs: MPA CRC32c by %s\n", crypto_shash_driver_name(tfm));
+	return 0;
+}
+
+void siw_rs_h_crc32c_exit(void)
+{
+	crypto_free_shash(crc32c_tfm);
+	crc32c_tfm = NULL;
+}
+
+u32 siw_rs_h_crc32c_update(u32 reg, const u8 *data, size_t len)
+{
+	SHASH_DESC_ON_STACK(desc, crc32c_tfm);
+
+	desc->tfm = crc32c_tfm;
+	/* crc32c has no key and no failure modes: these return 0. */
+	crypto_shash_import(desc, &reg);
+	while (len) {
+		unsigned int n = min_t(size_t, len, UINT_MAX);
+
+		crypto_shash_update(desc, data, n);
+		data += n;
+		len -= n;
+	}
+	crypto_shash_export(desc, &reg);
+	return reg;
 }
 
 struct net *siw_rs_h_dev_net(struct net_device *dev)

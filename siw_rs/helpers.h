@@ -34,6 +34,18 @@ void siw_rs_h_spin_unlock_bh(spinlock_t *lock);
  */
 bool siw_rs_h_peer_log_ratelimit(void);
 
+/*
+ * MPA CRC32c through the kernel's crypto API ("crc32c": the CPU's
+ * instructions where a driver for them is loaded, else crc32c-generic).
+ * init allocates the transform (0 or a negative errno; on failure siw_rs
+ * computes CRCs in software), exit frees it. update advances a running
+ * CRC32c register (pre-inverted: ~0 at the start, the value is ~register)
+ * over len octets; only after a successful init.
+ */
+int siw_rs_h_crc32c_init(void);
+void siw_rs_h_crc32c_exit(void);
+u32 siw_rs_h_crc32c_update(u32 reg, const u8 *data, size_t len);
+
 /* Sockets (net.rs). */
 struct net *siw_rs_h_dev_net(struct net_device *dev);
 void siw_rs_h_sk_callback_write_lock(struct sock *sk);

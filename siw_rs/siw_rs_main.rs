@@ -17,6 +17,7 @@ use kernel::prelude::*;
 
 mod cm;
 mod conn;
+mod crc;
 mod cq;
 mod device;
 mod ffi;
@@ -48,12 +49,14 @@ module! {
 
 /// Module state. Fields drop in declaration order: first the link type (no
 /// new devices), then the notifier, then the devices themselves, and last
-/// the queue that unpins user memory (drained when dropped).
+/// the queue that unpins user memory (drained when dropped), and the CRC32c
+/// transform no connection uses any more by then.
 struct SiwRsModule {
     _link: Pin<KBox<link::Registration<device::SiwRs>>>,
     _notifier: Pin<KBox<netdev::Notifier<device::SiwRs>>>,
     _devices: Devices,
     _unpin: Unpinner,
+    _crc: crc::Registration,
 }
 
 /// Drains the deferred unpinning of user memory on drop.
@@ -76,11 +79,12 @@ impl Drop for Devices {
 
 impl kernel::Module for SiwRsModule {
     fn init(_module: &'static ThisModule) -> Result<Self> {
+        let crc = crc::Registration::new();
         uverbs::init()?;
         let unpin = Unpinner;
         let notifier = netdev::Notifier::<device::SiwRs>::register()?;
         let link = link::Registration::<device::SiwRs>::register()?;
         pr_info!("soft-iWARP provider loaded (rdma link type siw_rs)\n");
-        Ok(SiwRsModule { _link: link, _notifier: notifier, _devices: Devices, _unpin: unpin })
+        Ok(SiwRsModule { _link: link, _notifier: notifier, _devices: Devices, _unpin: unpin, _crc: crc })
     }
 }

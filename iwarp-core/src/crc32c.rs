@@ -24,8 +24,9 @@
 //! # Engines
 //!
 //! [`CrcEngine`] is the streaming interface the rest of the crate computes
-//! CRCs through, so the kernel module can plug in the hardware-accelerated
-//! `crc32c()` library routine; [`SoftCrc32c`] is the portable software
+//! CRCs through, so the kernel module can plug in the kernel's `crc32c`
+//! (crypto API, the CPU's instructions where available; siw_rs/crc.rs);
+//! [`SoftCrc32c`] is the portable software
 //! implementation (slicing-by-8, tables built at compile time by a
 //! `const fn`).
 
