@@ -189,6 +189,23 @@ pub(crate) struct Listener {
     mpa: Arc<MpaKnobs>,
     #[pin]
     attached: Mutex<Option<crate::net::Attached<Listener>>>,
+    /// Accepts what the socket has queued. Part of the listener, so that
+    /// the data-ready callback (softirq) never allocates; queueing it while
+    /// it is queued is a no-op, and a run drains the whole accept queue.
+    #[pin]
+    accept_work: workqueue::Work<Listener>,
+}
+
+kernel::impl_has_work! {
+    impl HasWork<Self> for Listener { self.accept_work }
+}
+
+impl workqueue::WorkItem for Listener {
+    type Pointer = Arc<Listener>;
+
+    fn run(this: Arc<Listener>) {
+        this.accept_all();
+    }
 }
 
 impl SockHandler for Listener {
@@ -200,7 +217,7 @@ impl SockHandler for Listener {
         }
         // A connection is ready to accept: do it in process context.
         let me: Arc<Listener> = this.into();
-        let _ = workqueue::system_long().try_spawn(GFP_ATOMIC, move || me.accept_all());
+        let _ = workqueue::system_long().enqueue(me);
     }
 
     fn write_space(_this: ArcBorrow<'_, Self>) {}
@@ -365,6 +382,7 @@ pub(crate) fn create_listen(dev: &Device<SiwRs>, id: CmId, backlog: i32) -> Resu
             max_pending: u32::try_from(backlog.clamp(1, MAX_PENDING_HANDSHAKES)).unwrap_or(1),
             mpa: dev.data().mpa_knobs().clone(),
             attached <- new_mutex!(None),
+            accept_work <- workqueue::new_work!("siw_rs_listener_accept"),
         }),
         GFP_KERNEL,
     )?;
@@ -378,8 +396,7 @@ impl Listener {
         let a = self.sock.attach(self.clone());
         *self.attached.lock() = Some(a);
         // Connections may have queued before the callback was installed.
-        let me = self.clone();
-        let _ = workqueue::system_long().try_spawn(GFP_KERNEL, move || me.accept_all());
+        let _ = workqueue::system_long().enqueue(self.clone());
     }
 
     /// Stops accepting and closes the socket's callbacks.

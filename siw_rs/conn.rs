@@ -250,13 +250,29 @@ pub(crate) struct Conn {
     /// run, and the QP's destroy would wait for it forever.
     #[pin]
     teardown_work: workqueue::Work<Conn, TEARDOWN>,
+    /// The transmit work item, queued by `kick` when no transmit runs
+    /// (`tx_busy`): part of the connection, so a kick from softirq context
+    /// neither allocates nor can fail for want of memory.
+    #[pin]
+    tx_work_item: workqueue::Work<Conn, TRANSMIT>,
 }
 
 /// The work item id of [`Conn::teardown_work`].
 const TEARDOWN: u64 = 1;
+/// The work item id of [`Conn::tx_work_item`].
+const TRANSMIT: u64 = 2;
 
 kernel::impl_has_work! {
     impl HasWork<Self, TEARDOWN> for Conn { self.teardown_work }
+    impl HasWork<Self, TRANSMIT> for Conn { self.tx_work_item }
+}
+
+impl workqueue::WorkItem<TRANSMIT> for Conn {
+    type Pointer = Arc<Conn>;
+
+    fn run(this: Arc<Conn>) {
+        this.tx_work();
+    }
 }
 
 impl workqueue::WorkItem<TEARDOWN> for Conn {
@@ -335,6 +351,7 @@ impl Conn {
                 failed: AtomicBool::new(false),
                 access_error: AtomicBool::new(false),
                 teardown_work <- workqueue::new_work!("siw_rs_conn_teardown"),
+                tx_work_item <- workqueue::new_work!("siw_rs_conn_transmit"),
             }),
             GFP_KERNEL,
         )?;
@@ -398,12 +415,11 @@ impl Conn {
         if self.tx_busy.swap(true, Ordering::SeqCst) {
             return;
         }
-        let me = self.clone();
-        if workqueue::system().try_spawn(GFP_ATOMIC, move || me.tx_work()).is_err() {
-            self.tx_busy.store(false, Ordering::Release);
-            pr_warn!("qp {}: cannot queue transmit work\n", self.qp().qp_num());
-            self.close(Some(local_catastrophic()));
-        }
+        // Winning `tx_busy` means no transmit runs and the item is not
+        // queued: `tx_work` clears `tx_busy` only as it returns, after the
+        // workqueue took the item off its queue. So this enqueue succeeds;
+        // were the item queued after all, that run would do this work.
+        let _ = workqueue::system().enqueue::<_, TRANSMIT>(self.clone());
     }
 
     /// Transmits now, on the calling thread, unless a transmit is already
