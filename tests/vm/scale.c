@@ -268,6 +268,8 @@ struct qconn {
 	int state;		/* 0 none, 1 connecting, 2 established, 3 disconnected */
 	int got_msg;		/* client: keys checked; server: done checked */
 	int sent;		/* send completions seen */
+	double t0;		/* client: id created; server: connect request */
+	double t_addr, t_route;	/* client: ADDR_RESOLVED, ROUTE_RESOLVED */
 	struct msg peer;	/* client: the server's keys */
 };
 
@@ -284,7 +286,44 @@ struct qps {
 	struct qconn *c;
 	uint32_t established, disconnected;
 	int quarter;
+	double slowest;		/* the longest t0 to ESTABLISHED */
+	uint32_t slowest_k;
 };
+
+/* Resolves dst once and throws the id away, so that the neighbour entry
+ * exists before anything is timed. In a fresh namespace the first
+ * resolution sends the ARP request, but ib_core's address resolution
+ * (addr.c) was seen to notice the reply only when its timeout expired (5
+ * to 20 s): so short timeouts, tried again up to 20 times. */
+static void warm_address(struct rdma_event_channel *ch, struct sockaddr *dst)
+{
+	struct rdma_cm_id *id;
+	double t0 = now();
+
+	if (rdma_create_id(ch, &id, NULL, RDMA_PS_TCP))
+		die("rdma_create_id: %s", strerror(errno));
+	for (int try = 0;; try++) {
+		struct rdma_cm_event *ev;
+		int type, status;
+
+		if (rdma_resolve_addr(id, NULL, dst, 1000))
+			die("rdma_resolve_addr: %s", strerror(errno));
+		ev = next_cm_event(ch, 11000);
+		if (!ev)
+			die("no event within 11 s after rdma_resolve_addr");
+		type = ev->event;
+		status = ev->status;
+		rdma_ack_cm_event(ev);
+		if (type == RDMA_CM_EVENT_ADDR_RESOLVED)
+			break;
+		printf("scale: %s: %s (status %d) after rdma_resolve_addr\n", side, rdma_event_str(type), status);
+		if (type != RDMA_CM_EVENT_ADDR_ERROR || try == 19)
+			die("address resolution failed");
+	}
+	printf("scale: %s: the peer's address resolved in %.3f s\n", side, now() - t0);
+	if (rdma_destroy_id(id))
+		die("rdma_destroy_id: %s", strerror(errno));
+}
 
 static void qps_alloc(struct qps *q, struct ibv_context *verbs)
 {
@@ -332,6 +371,10 @@ static void qps_established(struct qps *q, struct qconn *c)
 		die("connection %td: ESTABLISHED in state %d", c - q->c, c->state);
 	c->state = 2;
 	q->established++;
+	if (now() - c->t0 > q->slowest) {
+		q->slowest = now() - c->t0;
+		q->slowest_k = (uint32_t)(c - q->c);
+	}
 	while (q->quarter < 4 && q->established >= (uint64_t)q->n * (q->quarter + 1) / 4) {
 		q->quarter++;
 		checkpoint("%u of %u connected", q->established, q->n);
@@ -342,7 +385,8 @@ static void qps_established(struct qps *q, struct qconn *c)
 static void qps_connect_events(struct qps *q, uint32_t *started, uint32_t *inflight)
 {
 	struct conn_pd cpd;
-	struct rdma_cm_event *ev = next_cm_event(q->ch, TIMEOUT_MS);
+	/* The first request waits for the client to start. */
+	struct rdma_cm_event *ev = next_cm_event(q->ch, *started || q->established ? TIMEOUT_MS : 6 * TIMEOUT_MS);
 	struct qconn *c;
 	enum rdma_cm_event_type type;
 	int status;
@@ -366,6 +410,8 @@ static void qps_connect_events(struct qps *q, uint32_t *started, uint32_t *infli
 		rdma_ack_cm_event(ev);
 		if (k >= q->n || q->c[k].state)
 			die("a connect request for index %u (of %u, state %d)", k, q->n, k < q->n ? q->c[k].state : -1);
+		q->c[k].t0 = now();
+		(*started)++;
 		qps_make_qp(q, k, id);
 		q->c[k].state = 1;
 		if (rdma_accept(id, &cp))
@@ -380,6 +426,7 @@ static void qps_connect_events(struct qps *q, uint32_t *started, uint32_t *infli
 
 	switch (type) {
 	case RDMA_CM_EVENT_ADDR_RESOLVED:
+		c->t_addr = now();
 		if (rdma_resolve_route(c->id, TIMEOUT_MS))
 			die("connection %u: rdma_resolve_route: %s", k, strerror(errno));
 		break;
@@ -387,6 +434,7 @@ static void qps_connect_events(struct qps *q, uint32_t *started, uint32_t *infli
 		struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1,
 					      .private_data = &cpd, .private_data_len = sizeof(cpd) };
 
+		c->t_route = now();
 		cpd = (struct conn_pd){ .magic = MAGIC, .index = k };
 		/* The device is known once the first address is resolved. */
 		if (!q->pd)
@@ -539,6 +587,8 @@ static int run_qps(int server, const char *addr, const char *port, uint32_t n)
 		hints.ai_flags = RAI_PASSIVE;
 	if (rdma_getaddrinfo(addr, port, &hints, &q.res))
 		die("rdma_getaddrinfo %s %s: %s", addr, port, strerror(errno));
+	if (!server)
+		warm_address(q.ch, q.res->ai_dst_addr);
 	checkpoint("start, %u connections", n);
 	if (server) {
 		if (rdma_create_id(q.ch, &q.listen, NULL, RDMA_PS_TCP) ||
@@ -564,6 +614,7 @@ static int run_qps(int server, const char *addr, const char *port, uint32_t n)
 					die("rdma_create_id: %s", strerror(errno));
 				q.c[started].id = id;
 				q.c[started].state = 1;
+				q.c[started].t0 = now();
 				if (rdma_resolve_addr(id, NULL, q.res->ai_dst_addr, TIMEOUT_MS))
 					die("connection %u: rdma_resolve_addr: %s", started, strerror(errno));
 				started++;
@@ -572,7 +623,12 @@ static int run_qps(int server, const char *addr, const char *port, uint32_t n)
 			qps_connect_events(&q, &started, &inflight);
 		}
 	}
-	checkpoint("all %u connected", n);
+	checkpoint("all %u connected; the slowest, %u, took %.3f s from %s to ESTABLISHED", n, q.slowest_k,
+		   q.slowest, server ? "its connect request" : "rdma_create_id");
+	if (!server)
+		printf("scale: the slowest connection: address %.3f s, route %.3f s, connect %.3f s\n",
+		       q.c[q.slowest_k].t_addr - q.c[q.slowest_k].t0, q.c[q.slowest_k].t_route - q.c[q.slowest_k].t_addr,
+		       q.c[q.slowest_k].t0 + q.slowest - q.c[q.slowest_k].t_route);
 	if (!server) {
 		struct res_counts r = res_show(ibv_get_device_name(q.pd->context->device));
 
@@ -885,27 +941,11 @@ static int run_mr_client(const char *addr, const char *port)
 	m.ch = rdma_create_event_channel();
 	if (!m.ch || rdma_getaddrinfo(addr, port, &hints, &res))
 		die("rdma_getaddrinfo %s %s: %s", addr, port, strerror(errno));
-	if (rdma_create_id(m.ch, &id, NULL, RDMA_PS_TCP))
-		die("rdma_create_id: %s", strerror(errno));
-	/* An address resolution that fails (ADDR_ERROR) is tried again, twice. */
-	for (int try = 0;; try++) {
-		struct rdma_cm_event *ev;
-		int type, status;
-
-		if (rdma_resolve_addr(id, NULL, res->ai_dst_addr, TIMEOUT_MS))
-			die("rdma_resolve_addr: %s", strerror(errno));
-		ev = next_cm_event(m.ch, TIMEOUT_MS + 10000);
-		if (!ev)
-			die("no event within %d ms after rdma_resolve_addr", TIMEOUT_MS + 10000);
-		type = ev->event;
-		status = ev->status;
-		rdma_ack_cm_event(ev);
-		if (type == RDMA_CM_EVENT_ADDR_RESOLVED)
-			break;
-		printf("scale: client: %s (status %d) after rdma_resolve_addr\n", rdma_event_str(type), status);
-		if (type != RDMA_CM_EVENT_ADDR_ERROR || try == 2)
-			die("address resolution failed");
-	}
+	warm_address(m.ch, res->ai_dst_addr);
+	if (rdma_create_id(m.ch, &id, NULL, RDMA_PS_TCP) || rdma_resolve_addr(id, NULL, res->ai_dst_addr, TIMEOUT_MS))
+		die("rdma_resolve_addr: %s", strerror(errno));
+	if (expect_cm_event(m.ch, RDMA_CM_EVENT_ADDR_RESOLVED, TIMEOUT_MS))
+		exit(1);
 	if (rdma_resolve_route(id, TIMEOUT_MS))
 		die("rdma_resolve_route: %s", strerror(errno));
 	if (expect_cm_event(m.ch, RDMA_CM_EVENT_ROUTE_RESOLVED, TIMEOUT_MS))

@@ -96,7 +96,7 @@ scale_pair() {
 	wait "$spid" || src=$?
 	grep -E 'FAIL|PASS|checkpoint|scale: (mr|regs|place|a Read|rdma res)|server:' /tmp/scale-server.log |
 		sed 's/^/    server| /' | tail -n 40
-	grep -E 'FAIL|PASS|checkpoint|scale: (mr|regs|place|a Read|rdma res)|client:' /tmp/scale-client.log |
+	grep -E 'FAIL|PASS|checkpoint|scale: (mr|regs|place|a Read|rdma res|the slowest)|client:|resolved in' /tmp/scale-client.log |
 		sed 's/^/    client| /' | tail -n 40
 	[ "$crc" = 0 ] || fail_because "client exited $crc" || return 1
 	[ "$src" = 0 ] || fail_because "server exited $src" || return 1
