@@ -34,7 +34,10 @@ pub(crate) struct Qp {
     sq: QueueLock<SendQueue>,
     /// None when the QP uses an SRQ.
     rq: Option<QueueLock<Producer<Rqe>>>,
+    /// The send queue's limits: SGEs as the kernel granted this QP.
     limits: Limits,
+    /// The receive queue's (its SGEs as granted; no inline data).
+    rq_limits: Limits,
     sig_all: bool,
 }
 
@@ -173,9 +176,16 @@ unsafe fn create(
             return Err(e);
         }
     };
+    // The kernel checks every WQE against the SGE counts it granted this
+    // QP: a post beyond them must fail here, with EINVAL, rather than
+    // fail the QP when the kernel reads the entry.
     let limits = Limits {
-        max_sge: ctx_limits.max_sge,
+        max_sge: resp.ibv.max_send_sge.min(ctx_limits.max_sge),
         max_inline: d.max_inline.min(ctx_limits.max_inline).min(abi::MAX_INLINE),
+    };
+    let rq_limits = Limits {
+        max_sge: resp.ibv.max_recv_sge.min(ctx_limits.max_sge),
+        max_inline: 0,
     };
     // SAFETY: initializing the remaining fields, after which every field of
     // Qp is valid.
@@ -186,6 +196,7 @@ unsafe fn create(
         }));
         (&raw mut (*p).rq).write(rq.map(|r| QueueLock::new(Producer::new(r))));
         (&raw mut (*p).limits).write(limits);
+        (&raw mut (*p).rq_limits).write(rq_limits);
         (&raw mut (*p).sig_all).write(sig_all);
         Box::into_raw(qp.assume_init())
     };
@@ -506,7 +517,7 @@ pub(super) unsafe extern "C" fn post_recv(
     };
     // SAFETY: wr/bad_wr as received from the caller.
     let (err, ring_doorbell) =
-        unsafe { post_recv_list(rq, &qp.limits, OnError::Flush, wr, bad_wr) };
+        unsafe { post_recv_list(rq, &qp.rq_limits, OnError::Flush, wr, bad_wr) };
     if ring_doorbell {
         let mut bad = null_mut();
         // SAFETY: ibqp is live; an empty list is the RQ doorbell.

@@ -93,7 +93,11 @@ unsafe fn create(
     // Srq is valid.
     Ok(unsafe {
         (&raw mut (*p).rq).write(QueueLock::new(Producer::new(ring)));
-        (&raw mut (*p).limits).write(limits);
+        // SGEs as granted to this SRQ (see the QP's limits).
+        (&raw mut (*p).limits).write(Limits {
+            max_sge: resp.ibv.max_sge.min(limits.max_sge),
+            ..limits
+        });
         Box::into_raw(srq.assume_init())
     })
 }
