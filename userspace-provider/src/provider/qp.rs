@@ -178,13 +178,17 @@ unsafe fn create(
     };
     // The kernel checks every WQE against the SGE counts it granted this
     // QP: a post beyond them must fail here, with EINVAL, rather than
-    // fail the QP when the kernel reads the entry.
+    // fail the QP when the kernel reads the entry. libibverbs writes the
+    // granted capabilities back into `attr` (the ioctl path leaves the
+    // write ABI's response fields untouched).
+    // SAFETY: valid per the caller, and not otherwise borrowed now.
+    let granted = unsafe { (*attr).cap };
     let limits = Limits {
-        max_sge: resp.ibv.max_send_sge.min(ctx_limits.max_sge),
+        max_sge: granted.max_send_sge.min(ctx_limits.max_sge),
         max_inline: d.max_inline.min(ctx_limits.max_inline).min(abi::MAX_INLINE),
     };
     let rq_limits = Limits {
-        max_sge: resp.ibv.max_recv_sge.min(ctx_limits.max_sge),
+        max_sge: granted.max_recv_sge.min(ctx_limits.max_sge),
         max_inline: 0,
     };
     // SAFETY: initializing the remaining fields, after which every field of

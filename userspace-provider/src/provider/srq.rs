@@ -93,9 +93,10 @@ unsafe fn create(
     // Srq is valid.
     Ok(unsafe {
         (&raw mut (*p).rq).write(QueueLock::new(Producer::new(ring)));
-        // SGEs as granted to this SRQ (see the QP's limits).
+        // SGEs as granted to this SRQ, which libibverbs wrote back into
+        // `attr` (see the QP's limits).
         (&raw mut (*p).limits).write(Limits {
-            max_sge: resp.ibv.max_sge.min(limits.max_sge),
+            max_sge: (*attr).attr.max_sge.min(limits.max_sge),
             ..limits
         });
         Box::into_raw(srq.assume_init())
