@@ -59,11 +59,12 @@ scale_no_resources() {
 	fail_because "resources left after the scale check"
 }
 
-# scale_mem_back BASE_KB: memory in use returns to within the tolerance of
-# BASE_KB (waits up to 60 s: unpinning is deferred to a work queue).
+# scale_mem_back BASE_KB [EXTRA_KB]: memory in use returns to within the
+# tolerance (plus EXTRA_KB) of BASE_KB (waits up to 60 s: unpinning is
+# deferred to a work queue).
 scale_mem_back() {
 	local base=$1 tol used i
-	tol=$(scale_tol_kb)
+	tol=$(($(scale_tol_kb) + ${2:-0}))
 	for ((i = 0; i < 120; i++)); do
 		used=$(scale_used_kb)
 		[ "$used" -le $((base + tol)) ] && break
@@ -138,7 +139,10 @@ scale_mr() {
 		grep -q "scale: PASS mr server: $size-octet" /tmp/scale-server.log || fail_because "no PASS from the server" || return 1
 		grep -q "scale: PASS mr client: $size-octet" /tmp/scale-client.log || fail_because "no PASS from the client" || return 1
 		scale_no_resources || return 1
-		scale_mem_back "$base" || return 1
+		# Freeing 4 GiB leaves tens of MB out of MemFree for a while
+		# (seen: 32 MB for a minute, gone by the next test); 1/128 of
+		# the region more is still far below any leak of its pages.
+		scale_mem_back "$base" $((size / 1024 / 128)) || return 1
 	done
 }
 
