@@ -453,6 +453,7 @@ impl Conn {
     /// Sends what the batch still holds; `Ok(false)` when the socket is
     /// full (a write-space callback will re-queue us).
     fn flush_batch(&self, tx: &mut Tx) -> Result<bool> {
+        let mut retried = false;
         while !tx.batch.is_done() {
             let mut parts: [&[u8]; crate::net::MAX_SEND_PARTS] = [&[]; crate::net::MAX_SEND_PARTS];
             let mut n = 0usize;
@@ -493,12 +494,16 @@ impl Conn {
             let sent = self.sock.send(&parts[..n], true)?;
             if sent == 0 {
                 self.sock.want_write_space();
-                // Space may have freed up between the send and the flag.
-                if self.sock.write_space() == 0 {
+                // Room may have freed up between the send and the flag:
+                // try once more then. Not in a loop: a send refused for
+                // memory pressure, with room in the buffer, would spin.
+                if retried || !self.sock.writeable() {
                     return Ok(false);
                 }
+                retried = true;
                 continue;
             }
+            retried = false;
             tx.batch.advance(sent).map_err(|_| EINVAL)?;
         }
         Ok(true)

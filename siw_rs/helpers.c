@@ -182,9 +182,25 @@ void siw_rs_h_lock_sock(struct sock *sk)
 	lock_sock(sk);
 }
 
-int siw_rs_h_sk_stream_wspace(const struct sock *sk)
+bool siw_rs_h_sk_stream_writeable(const struct sock *sk)
 {
-	return sk_stream_wspace(sk);
+	return __sk_stream_is_writeable(sk, 1);
+}
+
+/*
+ * While SOCK_NOSPACE is set, TCP calls sk_write_space on every ACK, and
+ * only the callback clears the flag. Clears it once the stream is
+ * writeable again (the stack's own test: a third of the send buffer free)
+ * and reports whether it did.
+ */
+bool siw_rs_h_sk_write_space_ready(struct sock *sk)
+{
+	struct socket *sock = sk->sk_socket;
+
+	if (!sock || !__sk_stream_is_writeable(sk, 1))
+		return false;
+	clear_bit(SOCK_NOSPACE, &sock->flags);
+	return true;
 }
 
 void siw_rs_h_sk_set_nospace(struct sock *sk)

@@ -310,10 +310,11 @@ impl Socket {
         a
     }
 
-    /// Free send space (`sk_stream_wspace`).
-    pub(crate) fn write_space(&self) -> usize {
-        // SAFETY: a live socket.
-        usize::try_from(unsafe { ffi::siw_rs_h_sk_stream_wspace(self.sk()) }).unwrap_or(0)
+    /// Whether the stream has room again by the test that makes the
+    /// write-space callback fire (a third of the send buffer free).
+    pub(crate) fn writeable(&self) -> bool {
+        // SAFETY: a live socket; the test reads a few counters.
+        unsafe { ffi::siw_rs_h_sk_stream_writeable(self.sk()) }
     }
 
     /// Asks for a write-space callback when space frees up.
@@ -466,8 +467,14 @@ unsafe extern "C" fn data_ready_cb<H: SockHandler>(sk: *mut ffi::sock) {
 }
 
 unsafe extern "C" fn write_space_cb<H: SockHandler>(sk: *mut ffi::sock) {
-    // SAFETY: as above.
-    unsafe { with_handler::<H>(sk, |h| H::write_space(h)) };
+    // TCP calls this on every ACK while SOCK_NOSPACE is set. The handler
+    // hears of it once, when the stream has room again and the flag is
+    // cleared; before, every ACK woke a transmit that had nothing to send.
+    // SAFETY: the stack calls this for a live socket, as above.
+    if unsafe { ffi::siw_rs_h_sk_write_space_ready(sk) } {
+        // SAFETY: as above.
+        unsafe { with_handler::<H>(sk, |h| H::write_space(h)) };
+    }
 }
 
 unsafe extern "C" fn state_change_cb<H: SockHandler>(sk: *mut ffi::sock) {
