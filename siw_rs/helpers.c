@@ -197,7 +197,7 @@ bool siw_rs_h_sk_write_space_ready(struct sock *sk)
 {
 	struct socket *sock = sk->sk_socket;
 
-	if (!sock || !__sk_stream_is_writeable(sk, 1))
+	if (!sock || !siw_rs_h_sk_stream_writeable(sk))
 		return false;
 	clear_bit(SOCK_NOSPACE, &sock->flags);
 	return true;

@@ -469,7 +469,7 @@ unsafe extern "C" fn data_ready_cb<H: SockHandler>(sk: *mut ffi::sock) {
 unsafe extern "C" fn write_space_cb<H: SockHandler>(sk: *mut ffi::sock) {
     // TCP calls this on every ACK while SOCK_NOSPACE is set. The handler
     // hears of it once, when the stream has room again and the flag is
-    // cleared; before, every ACK woke a transmit that had nothing to send.
+    // cleared, not on every ACK in between.
     // SAFETY: the stack calls this for a live socket, as above.
     if unsafe { ffi::siw_rs_h_sk_write_space_ready(sk) } {
         // SAFETY: as above.
