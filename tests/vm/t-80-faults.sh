@@ -249,14 +249,18 @@ fault_get() { cat "/sys/kernel/debug/$1/$2"; }
 # and clears make-it-fail of every thread at exit, before the exit path
 # drops the last references to 9p files. The verbs and CM calls, their
 # error paths and rping's own teardown of what it created all run with
-# allocations failing.
+# allocations failing. A fatal signal clears the flags too (SIGKILL
+# cannot be caught: enomem_run clears them from outside before it kills).
 ENOMEM_HOOK_C='
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 /* Retried: the open and the write may themselves fail by injection. */
@@ -273,8 +277,48 @@ static void put_flag(const char *path, const char *v)
 	}
 }
 
+/* make-it-fail cleared for every thread; only async-signal-safe calls
+ * (open, getdents64, write), since the signal handler runs it too. */
+static void unfail_all(void)
+{
+	char buf[4096], path[64];
+	int fd = -1;
+	long n;
+
+	put_flag("/proc/thread-self/make-it-fail", "0");
+	for (int i = 0; i < 100000 && fd < 0; i++)
+		fd = open("/proc/self/task", O_RDONLY | O_DIRECTORY);
+	if (fd < 0)
+		return;
+	while ((n = syscall(SYS_getdents64, fd, buf, sizeof(buf))) > 0)
+		for (long off = 0; off < n;) {
+			struct dirent64 *e = (struct dirent64 *)(buf + off);
+			off += e->d_reclen;
+			if (e->d_name[0] == 0x2e)
+				continue;
+			size_t len = strlen(e->d_name);
+			if (len > 20)
+				continue;
+			memcpy(path, "/proc/self/task/", 16);
+			memcpy(path + 16, e->d_name, len);
+			memcpy(path + 16 + len, "/make-it-fail", 14);
+			put_flag(path, "0");
+		}
+	close(fd);
+}
+
+/* A fatal signal (SIGTERM from timeout(1), a crash) would skip the
+ * destructor: clear the flags first, then die of the signal as before. */
+static void on_fatal(int sig)
+{
+	unfail_all();
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
 int rdma_create_id(void *ch, void **id, void *ctx, int ps)
 {
+	static const int fatal[] = { SIGTERM, SIGINT, SIGHUP, SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL };
 	static int (*real)(void *, void **, void *, int);
 	static int armed;
 
@@ -282,6 +326,8 @@ int rdma_create_id(void *ch, void **id, void *ctx, int ps)
 		real = (int (*)(void *, void **, void *, int))dlsym(RTLD_NEXT, "rdma_create_id");
 	if (!armed) {
 		armed = 1;
+		for (unsigned int i = 0; i < sizeof(fatal) / sizeof(fatal[0]); i++)
+			signal(fatal[i], on_fatal);
 		mlockall(MCL_CURRENT);
 		put_flag("/proc/thread-self/make-it-fail", "1");
 	}
@@ -290,21 +336,7 @@ int rdma_create_id(void *ch, void **id, void *ctx, int ps)
 
 __attribute__((destructor)) static void unfail(void)
 {
-	char path[64];
-	struct dirent *e;
-	DIR *d = NULL;
-
-	put_flag("/proc/thread-self/make-it-fail", "0");
-	for (int i = 0; i < 100000 && !d; i++)
-		d = opendir("/proc/self/task");
-	if (!d)
-		return;
-	while ((e = readdir(d)))
-		if (e->d_name[0] != 0x2e) {
-			snprintf(path, sizeof(path), "/proc/self/task/%s/make-it-fail", e->d_name);
-			put_flag(path, "0");
-		}
-	closedir(d);
+	unfail_all();
 }
 '
 
@@ -331,14 +363,23 @@ enomem_dump() {
 # RUN to ok, failed, hung (not done within 60 s, then killed) or
 # unkillable (still there 10 s after SIGKILL: stuck in the kernel), FIRED
 # to the number of injected failures, WHERE to what it did.
+#
+# A hung rping is never killed while it may still fail allocations: a
+# process killed by a signal skips the hook's destructor, and its exit
+# path, dropping its 9p files with make-it-fail set, could break the 9p
+# client for the whole VM (seen in CI: timeout's SIGTERM did this, and
+# every exec after it failed with EINVAL). So the deadline is kept here
+# by the clock (a loop count ran past timeout's limit on a slow VM), and
+# before the kill, injection is switched off and every thread's
+# make-it-fail cleared. timeout(1) stays as a backstop well past it.
 enomem_run() {
-	local fs0 fp0 crc=0 src=0 n cp fsp= i
+	local fs0 fp0 crc=0 src=0 n cp fsp= i t0 tk
 	fs0=$(fault_get failslab times)
 	fp0=$(fault_get fail_page_alloc times)
 	local hook=(env LC_ALL=C "LD_PRELOAD=$EH/hook.so:libgcc_s.so.1")
 	: > "$EH/server.log"
 	if [ "$1" = server ]; then
-		ip netns exec h1 timeout -k 5 90 "${hook[@]}" "$WP" rping -s -a 10.55.0.1 -p 7175 \
+		ip netns exec h1 timeout -k 5 300 "${hook[@]}" "$WP" rping -s -a 10.55.0.1 -p 7175 \
 			-C 2 -S 1024 -V -v -d > "$EH/server.log" 2>&1 &
 		fsp=$!
 		for ((i = 0; i < 200; i++)); do
@@ -346,20 +387,30 @@ enomem_run() {
 			kill -0 "$fsp" 2>/dev/null || break
 			sleep 0.1
 		done
-		ip netns exec h2 timeout -k 5 90 "$WP" rping -c -a 10.55.0.1 -p 7175 \
+		ip netns exec h2 timeout -k 5 300 "$WP" rping -c -a 10.55.0.1 -p 7175 \
 			-C 2 -S 1024 -V -v > "$EH/client.log" 2>&1 &
 		cp=$!
 	else
-		ip netns exec h2 timeout -k 5 90 "${hook[@]}" "$WP" rping -c -a 10.55.0.1 \
+		ip netns exec h2 timeout -k 5 300 "${hook[@]}" "$WP" rping -c -a 10.55.0.1 \
 			-C 2 -S 1024 -V -v -d > "$EH/client.log" 2>&1 &
 		cp=$!
 	fi
-	for ((i = 0; i < 600; i++)); do
-		! kill -0 "$cp" 2>/dev/null && { [ -z "$fsp" ] || ! kill -0 "$fsp" 2>/dev/null; } && break
+	t0=$SECONDS
+	local stuck=
+	while kill -0 "$cp" 2>/dev/null || { [ -n "$fsp" ] && kill -0 "$fsp" 2>/dev/null; }; do
+		[ $((SECONDS - t0)) -lt 60 ] || { stuck=1; break; }
 		sleep 0.1
 	done
-	local stuck=
-	if [ "$i" = 600 ]; then
+	FIRED=
+	if [ -n "$stuck" ]; then
+		FIRED=$(( fs0 - $(fault_get failslab times) + fp0 - $(fault_get fail_page_alloc times) ))
+		fault_set failslab probability=0 times=0
+		fault_set fail_page_alloc probability=0 times=0
+		for i in $(pgrep -x rping); do
+			for tk in /proc/"$i"/task/*/make-it-fail; do
+				echo 0 > "$tk" 2>/dev/null || true
+			done
+		done
 		enomem_dump
 		for i in $(pgrep -x rping); do
 			grep -q -- '-P' "/proc/$i/cmdline" 2>/dev/null || kill -KILL "$i" 2>/dev/null || true
@@ -373,11 +424,11 @@ enomem_run() {
 			RUN=unkillable FIRED=-1 WHERE="an rping outlived SIGKILL by 10 s"
 			return
 		fi
-		stuck=1
 	fi
 	wait "$cp" || crc=$?
 	[ -z "$fsp" ] || wait "$fsp" || src=$?
-	FIRED=$(( fs0 - $(fault_get failslab times) + fp0 - $(fault_get fail_page_alloc times) ))
+	[ -n "$FIRED" ] ||
+		FIRED=$(( fs0 - $(fault_get failslab times) + fp0 - $(fault_get fail_page_alloc times) ))
 	n=$(grep -c '^ping data' "$EH/client.log" || true)
 	# 137: killed above (or by timeout's -k); 124: timeout's own SIGTERM.
 	if [ -n "$stuck" ] || [ "$crc" = 124 ] || [ "$crc" = 137 ] || [ "$src" = 124 ] || [ "$src" = 137 ]; then
