@@ -99,6 +99,18 @@ kmemleak_clear() {
 	echo clear > /sys/kernel/debug/kmemleak
 }
 
+# no_qps DEV: no QP is left on DEV (every process's objects released).
+no_qps() {
+	local n i
+	for ((i = 0; i < 50; i++)); do
+		n=$(rdma res show qp link "$1/1" 2>/dev/null | grep -c lqpn || true)
+		[ "$n" = 0 ] && return 0
+		sleep 0.2
+	done
+	rdma res show qp link "$1/1" | sed 's/^/    qp| /'
+	fail_because "$n QPs left on $1"
+}
+
 # Scan for leaks; prints the report and fails if there is one.
 kmemleak_check() {
 	kmemleak_available || return 0
@@ -143,8 +155,8 @@ server_client() {
 }
 
 # The TCP port a test server command listens on: rping 7174, rdma_server
-# and ucmatose 7471, perftest 18515, iwarp-peer its --listen port, rfc7306
-# and access their last argument.
+# and ucmatose 7471, perftest 18515, iwarp-peer its --listen port, rfc7306,
+# access and inline-verify their last argument.
 server_port() {
 	local a prev=
 	for a in "$@"; do
@@ -154,7 +166,7 @@ server_port() {
 	case "$*" in
 	*rping*) echo 7174 ;;
 	*rdma_server* | *ucmatose*) echo 7471 ;;
-	*rfc7306* | *build/access\ *) echo "${@: -1}" ;; # rfc7306|access server ADDR PORT
+	*rfc7306* | *build/access\ * | *inline-verify*) echo "${@: -1}" ;; # PROG server ADDR PORT
 	*) echo 18515 ;;
 	esac
 }

@@ -170,6 +170,22 @@ test_56_rfc7306_atomics_and_immediate_data() {
 	grep -q 'client: all checks passed' /tmp/client.log || fail_because "client did not pass its checks" || return 1
 }
 
+# Inline sends (tests/vm/inline-verify.c): 600 Sends of every length from 0
+# to 256 octets and 64 RDMA Writes, gathered from unregistered buffers
+# that are overwritten as soon as each post returns, through an 8-deep
+# send queue; every octet, length and completion checked, and a 257-octet
+# inline post refused with EINVAL.
+test_54_inline_sends_verified() {
+	uverbs_pair
+	server_client h1 h2 180 -- "$WP" build/inline-verify server 10.55.0.1 7177 \
+		-- "$WP" build/inline-verify client 10.55.0.1 7177 || return 1
+	grep -q "600 inline Sends of 0-256 octets verified" /tmp/server.log &&
+		grep -q "64 inline RDMA Writes of 1-256 octets verified" /tmp/server.log &&
+		grep -q "refused 257-octet post verified" /tmp/server.log ||
+		fail_because "the server did not verify everything" || return 1
+	no_qps rs1 && no_qps rs2
+}
+
 # A process that writes garbage into its own send ring (tests/vm/ring-fault.c)
 # fails only its own QP: the garbage is refused with LOC_QP_OP_ERR and the
 # QP goes to ERROR, while a well-behaved rping pair on the same devices

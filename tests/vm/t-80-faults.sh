@@ -11,18 +11,6 @@ verified_rping() {
 		-- "$WP" rping -c -a 10.55.0.1 -C "$1" -S "$2" -V
 }
 
-# no_qps DEV: no QP is left on DEV (every process's objects released).
-no_qps() {
-	local n i
-	for ((i = 0; i < 50; i++)); do
-		n=$(rdma res show qp link "$1/1" 2>/dev/null | grep -c lqpn || true)
-		[ "$n" = 0 ] && return 0
-		sleep 0.2
-	done
-	rdma res show qp link "$1/1" | sed 's/^/    qp| /'
-	fail_because "$n QPs left on $1"
-}
-
 test_80_packet_loss_and_delay() {
 	uverbs_pair
 	modprobe sch_netem

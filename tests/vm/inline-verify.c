@@ -1,0 +1,373 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * inline-verify: inline sends (IBV_SEND_INLINE) through the verbs API, every
+ * octet checked. For the siw_rs VM tests.
+ *
+ *   inline-verify server ADDR PORT
+ *   inline-verify client ADDR PORT
+ *
+ * Inline data is copied when the work request is posted: the client gathers
+ * each message from up to three unregistered buffers (lkey 0) and overwrites
+ * them as soon as ibv_post_send returns. Its send queue is 8 deep, so the
+ * queue's slots are reused many times over while earlier messages are still
+ * in flight.
+ *   - N_SEND Sends of 0 to 256 octets (every length), each a pattern of its
+ *     index; the server checks length, content and order of every receive;
+ *   - N_WRITE RDMA Writes of 1 to 256 octets into slots of the server's
+ *     region, then a Send "done"; the server checks every slot, and that
+ *     nothing was written past a Write;
+ *   - a 257-octet inline post fails with EINVAL and the QP carries on: the
+ *     Send after it arrives intact.
+ * The client checks each signalled completion's wr_id and status.
+ * Exit status 0 only if everything held.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include "vmtest.h"
+
+#define N_SEND 600
+#define N_WRITE 64
+#define SLOT 256
+#define MAX_INLINE 256
+#define SQ_DEPTH 8
+#define SIGNAL_EVERY 4
+/* Receives: the Sends, "done", and the Send after the refused post. */
+#define N_RECV (N_SEND + 2)
+
+struct keys {
+	uint64_t addr;
+	uint32_t rkey;
+};
+
+static int fail(const char *what)
+{
+	fprintf(stderr, "inline-verify: %s: %s\n", what, strerror(errno));
+	return 1;
+}
+
+static int bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int bad(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("inline-verify: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	return 1;
+}
+
+static uint8_t pattern(int msg, int i)
+{
+	return (uint8_t)(msg * 37 + i * 13 + 5);
+}
+
+/* Send i carries i % 257 octets: every length from 0 to 256, twice over. */
+static int send_len(int i)
+{
+	return i % (MAX_INLINE + 1);
+}
+
+static int write_len(int i)
+{
+	return 1 + (i * 61) % MAX_INLINE;
+}
+
+static int run_server(struct rdma_addrinfo *res)
+{
+	struct ibv_qp_init_attr attr = {
+		.cap = { .max_send_wr = 4, .max_recv_wr = N_RECV,
+			 .max_send_sge = 1, .max_recv_sge = 1 },
+		.sq_sig_all = 1,
+	};
+	struct rdma_cm_id *listen_id, *id;
+	uint8_t *rbuf = aligned_alloc(4096, (size_t)N_RECV * SLOT);
+	uint8_t *target = aligned_alloc(4096, (size_t)N_WRITE * SLOT);
+	struct keys *keys = aligned_alloc(64, 64);
+	struct ibv_mr *rmr, *tmr, *kmr;
+	struct ibv_wc wc;
+	int i;
+
+	if (!rbuf || !target || !keys)
+		return fail("aligned_alloc");
+	memset(rbuf, 0xa5, (size_t)N_RECV * SLOT);
+	memset(target, 0, (size_t)N_WRITE * SLOT);
+	if (rdma_create_ep(&listen_id, res, NULL, &attr))
+		return fail("rdma_create_ep");
+	if (rdma_listen(listen_id, 1))
+		return fail("rdma_listen");
+	if (rdma_get_request(listen_id, &id))
+		return fail("rdma_get_request");
+	rmr = ibv_reg_mr(id->pd, rbuf, (size_t)N_RECV * SLOT, IBV_ACCESS_LOCAL_WRITE);
+	tmr = ibv_reg_mr(id->pd, target, (size_t)N_WRITE * SLOT,
+			 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	kmr = ibv_reg_mr(id->pd, keys, 64, IBV_ACCESS_LOCAL_WRITE);
+	if (!rmr || !tmr || !kmr)
+		return fail("ibv_reg_mr");
+	for (i = 0; i < N_RECV; i++) {
+		struct ibv_sge sge = { .addr = (uintptr_t)(rbuf + (size_t)i * SLOT), .length = SLOT,
+				       .lkey = rmr->lkey };
+		struct ibv_recv_wr wr = { .wr_id = i, .sg_list = &sge, .num_sge = 1 }, *badwr;
+
+		if (ibv_post_recv(id->qp, &wr, &badwr))
+			return fail("ibv_post_recv");
+	}
+	if (rdma_accept(id, NULL))
+		return fail("rdma_accept");
+	keys->addr = (uintptr_t)target;
+	keys->rkey = tmr->rkey;
+	{
+		struct ibv_sge sge = { .addr = (uintptr_t)keys, .length = sizeof(*keys), .lkey = kmr->lkey };
+		struct ibv_send_wr wr = { .wr_id = 100, .sg_list = &sge, .num_sge = 1,
+					  .opcode = IBV_WR_SEND }, *badwr;
+
+		if (ibv_post_send(id->qp, &wr, &badwr))
+			return fail("ibv_post_send keys");
+		if (wait_wc(id->send_cq, &wc) || wc.status != IBV_WC_SUCCESS)
+			return bad("keys send: %s", ibv_wc_status_str(wc.status));
+	}
+
+	for (i = 0; i < N_SEND; i++) {
+		const uint8_t *p = rbuf + (size_t)i * SLOT;
+
+		if (wait_wc(id->recv_cq, &wc))
+			return fail("receive");
+		if (wc.status != IBV_WC_SUCCESS || wc.opcode != IBV_WC_RECV)
+			return bad("receive %d: status %s opcode %d", i, ibv_wc_status_str(wc.status), wc.opcode);
+		if (wc.wr_id != (uint64_t)i || wc.byte_len != (uint32_t)send_len(i))
+			return bad("receive %d: wr_id %" PRIu64 " byte_len %u (want %d)", i, wc.wr_id,
+				   wc.byte_len, send_len(i));
+		for (int k = 0; k < send_len(i); k++)
+			if (p[k] != pattern(i, k))
+				return bad("send %d octet %d: %#x, want %#x", i, k, p[k], pattern(i, k));
+		for (int k = send_len(i); k < SLOT; k++)
+			if (p[k] != 0xa5)
+				return bad("send %d: octet %d written past its %d", i, k, send_len(i));
+	}
+	printf("inline-verify: server: %d inline Sends of 0-%d octets verified\n", N_SEND, MAX_INLINE);
+
+	/* "done": the Writes before it are placed. */
+	if (wait_wc(id->recv_cq, &wc) || wc.status != IBV_WC_SUCCESS || wc.opcode != IBV_WC_RECV ||
+	    wc.byte_len != 4 || memcmp(rbuf + (size_t)N_SEND * SLOT, "done", 4))
+		return bad("no \"done\" Send after the Writes");
+	for (i = 0; i < N_WRITE; i++) {
+		const uint8_t *p = target + (size_t)i * SLOT;
+
+		for (int k = 0; k < write_len(i); k++)
+			if (p[k] != pattern(1000 + i, k))
+				return bad("write %d octet %d: %#x, want %#x", i, k, p[k], pattern(1000 + i, k));
+		for (int k = write_len(i); k < SLOT; k++)
+			if (p[k])
+				return bad("write %d: octet %d written past its %d", i, k, write_len(i));
+	}
+	printf("inline-verify: server: %d inline RDMA Writes of 1-%d octets verified\n", N_WRITE, MAX_INLINE);
+
+	/* The Send after the client's refused post. */
+	if (wait_wc(id->recv_cq, &wc) || wc.status != IBV_WC_SUCCESS || wc.byte_len != MAX_INLINE)
+		return bad("no Send after the refused post");
+	for (int k = 0; k < MAX_INLINE; k++)
+		if (rbuf[(size_t)(N_SEND + 1) * SLOT + k] != pattern(2000, k))
+			return bad("the Send after the refused post differs at octet %d", k);
+	printf("inline-verify: server: the Send after the refused 257-octet post verified\n");
+	rdma_disconnect(id);
+	ibv_dereg_mr(rmr);
+	ibv_dereg_mr(tmr);
+	ibv_dereg_mr(kmr);
+	rdma_destroy_ep(id);
+	rdma_destroy_ep(listen_id);
+	return 0;
+}
+
+/* Client state: posted and completed counts of the send queue. */
+struct sq {
+	struct rdma_cm_id *id;
+	int posted;	/* work requests posted */
+	int done;	/* work requests known complete */
+};
+
+/* Waits for the next signalled completion, which must be wr_id
+ * `sq->done + SIGNAL_EVERY - 1` (the last of its group), or of the final
+ * request when `last` is set. */
+static int reap(struct sq *sq, int last)
+{
+	struct ibv_wc wc;
+	int want = last ? sq->posted - 1 : sq->done + SIGNAL_EVERY - 1;
+
+	if (wait_wc(sq->id->send_cq, &wc))
+		return fail("send completion");
+	if (wc.status != IBV_WC_SUCCESS || wc.wr_id != (uint64_t)want)
+		return bad("send completion: wr_id %" PRIu64 " (want %d) status %s", wc.wr_id, want,
+			   ibv_wc_status_str(wc.status));
+	sq->done = want + 1;
+	return 0;
+}
+
+/* Reaps every completion still due, the forced one of the last request
+ * included. */
+static int drain(struct sq *sq)
+{
+	while (sq->done + SIGNAL_EVERY - 1 < sq->posted - 1)
+		if (reap(sq, 0))
+			return 1;
+	return reap(sq, 1);
+}
+
+/* Posts message `msg` of `len` octets inline: gathered from up to three
+ * unregistered buffers, which are overwritten once the post returns. */
+static int post_inline(struct sq *sq, enum ibv_wr_opcode op, int msg, int len, uint64_t raddr, uint32_t rkey,
+		       int force_signal)
+{
+	static uint8_t a[MAX_INLINE + 1], b[MAX_INLINE + 1], c[MAX_INLINE + 1];
+	uint8_t *bufs[3] = { a, b, c };
+	struct ibv_sge sge[3];
+	int nsge = 1 + msg % 3, off = 0, rc;
+	struct ibv_send_wr wr = { .wr_id = sq->posted, .sg_list = sge, .opcode = op }, *badwr;
+
+	if (len < nsge)
+		nsge = len ? len : 1;
+	for (int s = 0; s < nsge; s++) {
+		int n = s == nsge - 1 ? len - off : len / nsge;
+
+		for (int k = 0; k < n; k++)
+			bufs[s][k] = pattern(msg, off + k);
+		sge[s] = (struct ibv_sge){ .addr = (uintptr_t)bufs[s], .length = n, .lkey = 0 };
+		off += n;
+	}
+	wr.num_sge = nsge;
+	wr.send_flags = IBV_SEND_INLINE;
+	if (force_signal || sq->posted % SIGNAL_EVERY == SIGNAL_EVERY - 1)
+		wr.send_flags |= IBV_SEND_SIGNALED;
+	wr.wr.rdma.remote_addr = raddr;
+	wr.wr.rdma.rkey = rkey;
+	rc = ibv_post_send(sq->id->qp, &wr, &badwr);
+	/* Inline: the buffers are ours again. */
+	memset(a, 0xee, sizeof(a));
+	memset(b, 0xee, sizeof(b));
+	memset(c, 0xee, sizeof(c));
+	if (rc)
+		return rc;
+	sq->posted++;
+	return 0;
+}
+
+/* Posts one message, first reaping a completion if the queue is full. */
+static int post_one(struct sq *sq, enum ibv_wr_opcode op, int msg, int len, uint64_t raddr, uint32_t rkey)
+{
+	int rc;
+
+	if (sq->posted - sq->done >= SQ_DEPTH && reap(sq, 0))
+		return 1;
+	rc = post_inline(sq, op, msg, len, raddr, rkey, 0);
+	if (rc) {
+		errno = rc;
+		return fail("ibv_post_send inline");
+	}
+	return 0;
+}
+
+static int run_client(struct rdma_addrinfo *res)
+{
+	struct ibv_qp_init_attr attr = {
+		.cap = { .max_send_wr = SQ_DEPTH, .max_recv_wr = 2, .max_send_sge = 3,
+			 .max_recv_sge = 1, .max_inline_data = MAX_INLINE },
+		.sq_sig_all = 0,
+	};
+	struct keys *keys = aligned_alloc(64, 64);
+	struct ibv_qp_init_attr got;
+	struct ibv_qp_attr qattr;
+	struct ibv_mr *kmr;
+	struct ibv_wc wc;
+	struct sq sq = { 0 };
+	int i, rc;
+
+	if (!keys)
+		return fail("aligned_alloc");
+	if (rdma_create_ep(&sq.id, res, NULL, &attr))
+		return fail("rdma_create_ep");
+	if (ibv_query_qp(sq.id->qp, &qattr, IBV_QP_CAP, &got))
+		return fail("ibv_query_qp");
+	if (got.cap.max_inline_data < MAX_INLINE)
+		return bad("QP grants %u inline octets, want %d", got.cap.max_inline_data, MAX_INLINE);
+	kmr = ibv_reg_mr(sq.id->pd, keys, 64, IBV_ACCESS_LOCAL_WRITE);
+	if (!kmr)
+		return fail("ibv_reg_mr");
+	{
+		struct ibv_sge sge = { .addr = (uintptr_t)keys, .length = 64, .lkey = kmr->lkey };
+		struct ibv_recv_wr wr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1 }, *badwr;
+
+		if (ibv_post_recv(sq.id->qp, &wr, &badwr))
+			return fail("ibv_post_recv");
+	}
+	if (rdma_connect(sq.id, NULL))
+		return fail("rdma_connect");
+	if (wait_wc(sq.id->recv_cq, &wc) || wc.status != IBV_WC_SUCCESS)
+		return bad("no keys from the server");
+
+	for (i = 0; i < N_SEND; i++)
+		if (post_one(&sq, IBV_WR_SEND, i, send_len(i), 0, 0))
+			return 1;
+	for (i = 0; i < N_WRITE; i++)
+		if (post_one(&sq, IBV_WR_RDMA_WRITE, 1000 + i, write_len(i),
+			     keys->addr + (uint64_t)i * SLOT, keys->rkey))
+			return 1;
+	/* "done", signalled: everything before it completed in order. */
+	{
+		static const char done[] = "done";
+		struct ibv_sge sge = { .addr = (uintptr_t)done, .length = 4, .lkey = 0 };
+		struct ibv_send_wr wr = { .wr_id = 0, .sg_list = &sge, .num_sge = 1,
+					  .opcode = IBV_WR_SEND,
+					  .send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED }, *badwr;
+
+		while (sq.posted - sq.done >= SQ_DEPTH)
+			if (reap(&sq, 0))
+				return 1;
+		wr.wr_id = sq.posted;
+		if (ibv_post_send(sq.id->qp, &wr, &badwr))
+			return fail("ibv_post_send done");
+		sq.posted++;
+		if (drain(&sq))
+			return 1;
+	}
+	printf("inline-verify: client: %d inline work requests completed in order\n", sq.posted);
+
+	/* One octet over the limit: refused at the post, nothing queued. */
+	rc = post_inline(&sq, IBV_WR_SEND, 2000, MAX_INLINE + 1, 0, 0, 1);
+	if (rc != EINVAL)
+		return bad("a %d-octet inline post returned %d (%s), want EINVAL", MAX_INLINE + 1, rc,
+			   strerror(rc));
+	if (post_inline(&sq, IBV_WR_SEND, 2000, MAX_INLINE, 0, 0, 1) || drain(&sq))
+		return bad("the Send after the refused post failed");
+	printf("inline-verify: client: a %d-octet inline post failed with EINVAL; the QP carries on\n",
+	       MAX_INLINE + 1);
+	rdma_disconnect(sq.id);
+	ibv_dereg_mr(kmr);
+	rdma_destroy_ep(sq.id);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct rdma_addrinfo hints = { .ai_port_space = RDMA_PS_TCP }, *res;
+	int server;
+
+	if (argc != 4 || (strcmp(argv[1], "server") && strcmp(argv[1], "client"))) {
+		fprintf(stderr, "usage: inline-verify server|client ADDR PORT\n");
+		return 2;
+	}
+	server = !strcmp(argv[1], "server");
+	if (server)
+		hints.ai_flags = RAI_PASSIVE;
+	if (rdma_getaddrinfo(argv[2], argv[3], &hints, &res))
+		return fail("rdma_getaddrinfo");
+	return server ? run_server(res) : run_client(res);
+}
