@@ -117,6 +117,10 @@ struct Tx {
     crc: Crc32c,
     /// Request Identifier of the next Atomic Request.
     atomic_id: u32,
+    /// The inline data of the WQE in `cur` (copied from its send queue
+    /// slot when it is taken; rewritten only when the next WQE is taken,
+    /// which waits until `cur` is done).
+    inline: KBox<crate::uwqe::Inline>,
 }
 
 /// The message being transmitted.
@@ -133,20 +137,30 @@ struct Cur {
     then: Option<Message>,
 }
 
+/// Ranges a message's payload keeps without allocating: a send of up to six
+/// SGEs in contiguous memory, or about 56 KiB in 4 KiB pages of one region.
+const FEW_RANGES: usize = 16;
+
 /// Kernel virtual address ranges of a message's payload, in order, and the
-/// regions they lie in.
+/// regions they lie in. A message is resolved on the hot path of every
+/// send, so the common case allocates nothing: the first ranges live in an
+/// array, and only a payload of more pieces continues in a vector.
 struct Segs {
-    ranges: KVec<(u64, usize)>,
+    few: [(u64, usize); FEW_RANGES],
+    nfew: usize,
+    /// The ranges after `few`, once it is full (empty vectors do not
+    /// allocate).
+    more: KVec<(u64, usize)>,
     /// Held until the message is sent: a process may deregister a region
     /// (or die) while its send is in flight, and a user region's pages stay
-    /// pinned as long as it is referenced.
-    _held: KVec<Arc<Mem>>,
+    /// pinned as long as it is referenced. One per SGE at most.
+    held: [Option<Arc<Mem>>; qp::NSGE],
 }
 
 impl Segs {
     /// No payload.
     fn empty() -> Self {
-        Segs { ranges: KVec::new(), _held: KVec::new() }
+        Segs { few: [(0, 0); FEW_RANGES], nfew: 0, more: KVec::new(), held: Default::default() }
     }
 
     /// The payload of `len` bytes at `addr` in `m`.
@@ -156,17 +170,54 @@ impl Segs {
         Ok(s)
     }
 
+    /// A process's inline data, in the transmitter's buffer (copied out of
+    /// its ring at post time).
+    fn of_inline(buf: &[u8]) -> Self {
+        let mut s = Segs::empty();
+        if !buf.is_empty() {
+            s.few[0] = (buf.as_ptr() as usize as u64, buf.len());
+            s.nfew = 1;
+        }
+        s
+    }
+
     /// Appends `len` bytes at `addr` in `m` (already checked).
     fn add(&mut self, m: Arc<Mem>, addr: u64, len: u64) -> core::result::Result<(), AccessError> {
-        push_ranges(&mut self.ranges, &m, addr, len)?;
-        self._held.push(m, GFP_KERNEL).map_err(|_| AccessError::Bounds)
+        let slot = self.held.iter_mut().find(|h| h.is_none()).ok_or(AccessError::Bounds)?;
+        if self.more.is_empty() {
+            let mark = self.nfew;
+            let (few, nfew) = (&mut self.few, &mut self.nfew);
+            let mut fits = true;
+            m.translate(addr, len, |kva, n| match few.get_mut(*nfew) {
+                Some(r) if fits => {
+                    *r = (kva, n);
+                    *nfew += 1;
+                }
+                _ => fits = false,
+            })?;
+            if fits {
+                *slot = Some(m);
+                return Ok(());
+            }
+            // More pieces than the array holds: this region's ranges go to
+            // the vector instead, after the earlier ones.
+            self.nfew = mark;
+        }
+        push_ranges(&mut self.more, &m, addr, len)?;
+        *slot = Some(m);
+        Ok(())
+    }
+
+    /// The ranges in order.
+    fn ranges(&self) -> impl Iterator<Item = &(u64, usize)> {
+        Iterator::chain(self.few.get(..self.nfew).unwrap_or(&[]).iter(), self.more.iter())
     }
 
     /// Calls `f` with the slices covering `offset..offset + len`.
     fn for_range<'a>(&'a self, offset: u32, len: u32, mut f: impl FnMut(&'a [u8])) -> bool {
         let mut skip = offset as usize;
         let mut left = len as usize;
-        for &(kva, n) in self.ranges.iter() {
+        for &(kva, n) in self.ranges() {
             if left == 0 {
                 break;
             }
@@ -179,8 +230,8 @@ impl Segs {
             // that `self` holds: a process's region keeps its pages pinned
             // while referenced; a kernel consumer keeps its memory valid
             // until the work request completes (the verbs contract). Inline
-            // data lives in the WQE, which is kept while the message is
-            // sent.
+            // data lives in the transmitter's buffer, which is rewritten
+            // only when the next WQE is taken, after this message is sent.
             f(unsafe { kmem::slice(kva + skip as u64, take) });
             left -= take;
             skip = 0;
@@ -283,6 +334,10 @@ impl workqueue::WorkItem<TEARDOWN> for Conn {
     }
 }
 
+/// Octets up to which a transmit batch is copied into one piece before it is
+/// handed to TCP (a 256-octet inline send with its headers and CRC fits).
+const SMALL_SEND: usize = 384;
+
 /// Largest ULPDU (DDP segment) this side sends to a peer that expects
 /// FPDUs aligned to TCP segments: one that fits a typical Ethernet MSS.
 const MULPDU: u16 = 1448 - 6 - 2;
@@ -316,6 +371,7 @@ impl Conn {
         let receiver = KBox::new(Receiver::new(rxc, Crc32c::new()), GFP_KERNEL)?;
         let txc = TxConfig::from_negotiated(&neg, mulpdu_for(&neg), Extensions::ALL);
         let batch = KBox::new(TxBatch::new(), GFP_KERNEL)?;
+        let inline = KBox::new([0u8; crate::uwqe::MAX_INLINE as usize], GFP_KERNEL)?;
         let (local, remote) = (sock.local_addr(), sock.peer_addr());
         let conn = Arc::pin_init(
             pin_init!(Conn {
@@ -342,6 +398,7 @@ impl Conn {
                     cur: None,
                     crc: Crc32c::new(),
                     atomic_id: 0,
+                    inline,
                 }),
                 term <- crate::sync::new_irq_spinlock!(None),
                 tx_busy: AtomicBool::new(false),
@@ -491,7 +548,23 @@ impl Conn {
             if !ok || n == 0 {
                 return Err(EINVAL);
             }
-            let sent = self.sock.send(&parts[..n], true)?;
+            // A small FPDU (header, a few payload pieces, CRC) goes to the
+            // stack as one piece: tcp_sendmsg costs per piece about what
+            // copying a few hundred octets here does.
+            let mut small = [0u8; SMALL_SEND];
+            let total: usize = parts[..n].iter().map(|p| p.len()).sum();
+            let sent = if n > 1 && total <= SMALL_SEND {
+                let mut at = 0usize;
+                for p in &parts[..n] {
+                    if let Some(dst) = small.get_mut(at..at + p.len()) {
+                        dst.copy_from_slice(p);
+                    }
+                    at += p.len();
+                }
+                self.sock.send(&[small.get(..total).unwrap_or(&[])], true)?
+            } else {
+                self.sock.send(&parts[..n], true)?
+            };
             if sent == 0 {
                 self.sock.want_write_space();
                 // Room may have freed up between the send and the flag:
@@ -535,7 +608,7 @@ impl Conn {
                 }
             }
             if tx.cur.is_none() {
-                let Some(job) = qp::next_job(qp) else {
+                let Some(job) = qp::next_job(qp, &mut tx.inline) else {
                     if self.graceful.load(Ordering::Acquire) && qp::sq_empty(qp) {
                         drop(tx);
                         self.close(None);
@@ -655,14 +728,10 @@ impl Conn {
         let no_payload = matches!(msg, Message::ReadRequest(_) | Message::AtomicRequest(_));
         let segs = if no_payload {
             Segs::empty()
-        } else if let Some(buf) = &wqe.inline {
-            // Copied at post time; the buffer lives in the WQE, which is
-            // kept until the message is sent.
-            let mut s = Segs::empty();
-            if s.ranges.push((buf.as_ptr() as usize as u64, wqe.len as usize), GFP_KERNEL).is_err() {
-                return Err(Some((wqe, WcStatus::LocProtErr)));
-            }
-            s
+        } else if wqe.inline {
+            // Copied at post time; the buffer is the transmitter's, kept
+            // until the message is sent.
+            Segs::of_inline(tx.inline.get(..wqe.len as usize).unwrap_or(&[]))
         } else {
             match resolve_local(qp, sges, 0) {
                 Ok(s) => s,

@@ -102,11 +102,12 @@ pub(crate) struct SendWqe {
     pub(crate) fence: bool,
     pub(crate) sges: [Sge; NSGE],
     pub(crate) nsge: u8,
-    /// Total bytes of `sges` (or of `inline`).
+    /// Total bytes of `sges` (or of the inline data).
     pub(crate) len: u32,
-    /// Payload copied at post time (a process's inline send); replaces
-    /// `sges`.
-    pub(crate) inline: Option<KBox<uwqe::Inline>>,
+    /// A process's inline send: its `len` octets were copied out of the
+    /// ring at post time, into the send queue slot's inline buffer, and go
+    /// to the transmitter's own buffer with the WQE. Replaces `sges`.
+    pub(crate) inline: bool,
 }
 
 /// A receive work queue element.
@@ -154,6 +155,16 @@ impl<T> Fifo<T> {
         Ok(())
     }
 
+    /// The slot the next [`Fifo::push`] fills, if there is room.
+    fn next_slot(&self) -> Option<usize> {
+        let cap = self.slots.len();
+        if self.len >= cap {
+            return None;
+        }
+        let idx = self.head + self.len;
+        Some(if idx >= cap { idx - cap } else { idx })
+    }
+
     pub(crate) fn pop(&mut self) -> Option<T> {
         if self.len == 0 {
             return None;
@@ -179,6 +190,11 @@ struct Inner {
     /// WQE is queued (`sq_room`), and the transmitter holds at most one
     /// more between taking it from `sq` and `sent`.
     pending: Fifo<(SendWqe, bool)>,
+    /// A process's QP: the inline data of the WQE in each `sq` slot. Part
+    /// of the QP, so that taking an inline send from the ring (under this
+    /// lock, with interrupts off) never allocates and cannot fail for want
+    /// of memory. Empty for a kernel consumer's QP (no inline data).
+    sq_inline: KVVec<uwqe::Inline>,
     /// Outbound Reads in flight (bounded by ORD).
     reads_out: u32,
     /// Inbound Read and Atomic Requests to answer, in order (bounded by
@@ -299,6 +315,7 @@ impl QpCore {
             sq: Fifo::new(attr.caps.max_send_wr)?,
             rq: Fifo::new(attr.caps.max_recv_wr)?,
             pending: Fifo::new(attr.caps.max_send_wr.saturating_add(1))?,
+            sq_inline: if max_inline > 0 { inline_slots(attr.caps.max_send_wr)? } else { KVVec::new() },
             reads_out: 0,
             inbound: Fifo::new(MAX_IRD)?,
             conn: None,
@@ -404,6 +421,24 @@ pub(crate) fn take_entry<const W: usize>(ring: &UserRing, next: &mut u32) -> [u6
     w
 }
 
+/// [`take_entry`] for a send queue entry, reading only the words it uses:
+/// the header, then its SGEs or inline data (an SQE is 40 words, a typical
+/// send uses 10). The rest stays zero in the copy.
+fn take_sqe(ring: &UserRing, next: &mut u32) -> [u64; SQE_WORDS] {
+    let mut w = [0u64; SQE_WORDS];
+    let head = uwqe::SQE_HEAD_WORDS;
+    if let Some(h) = w.get_mut(..head) {
+        ring.read(*next, h);
+    }
+    let body = uwqe::sqe_body_words(&w);
+    if let Some(b) = w.get_mut(head..head.saturating_add(body)) {
+        ring.read_from(*next, head, b);
+    }
+    *next = next.wrapping_add(1);
+    ring.ctrl(Ctrl::Cons).store(*next, Ordering::Release);
+    w
+}
+
 /// A process wrote an entry that cannot be executed, or a garbage ring
 /// index: the request fails and the QP goes to ERROR. Only this QP.
 fn user_fault(qp: &Qp<SiwRs>, inner: &mut Inner, wakes: &mut Wakes) {
@@ -430,7 +465,7 @@ fn pull_sq(qp: &Qp<SiwRs>, inner: &mut Inner, wakes: &mut Wakes) {
     // kicks the transmitter.
     while avail > 0 && (inner.state == QpState::Err || sq_room(inner)) {
         avail -= 1;
-        let w = take_entry::<SQE_WORDS>(&u.sq, &mut inner.sq_next);
+        let w = take_sqe(&u.sq, &mut inner.sq_next);
         if inner.state == QpState::Err {
             fail_send(qp, w[0], uwqe::send_wc_opcode(&w), WcStatus::WrFlushErr, wakes);
             continue;
@@ -438,9 +473,13 @@ fn pull_sq(qp: &Qp<SiwRs>, inner: &mut Inner, wakes: &mut Wakes) {
         let wqe = uwqe::decode_send(&w).map_err(|_| EINVAL).and_then(|d| {
             let wr = SendWr { wr_id: d.wr_id, op: d.op, flags: d.flags, sges: d.sges.get(..d.nsge).unwrap_or(&[]) };
             let mut wqe = make_wqe(core, &wr)?;
-            if let Some((data, len)) = d.inline {
+            if let Some(len) = d.inline {
+                // `sq_room` held, so the queue has a free slot.
+                let slot = inner.sq.next_slot().ok_or(EINVAL)?;
+                let buf = inner.sq_inline.get_mut(slot).ok_or(EINVAL)?;
+                uwqe::copy_inline(&w, len, buf);
                 wqe.len = len;
-                wqe.inline = Some(data);
+                wqe.inline = true;
             }
             Ok(wqe)
         });
@@ -454,6 +493,16 @@ fn pull_sq(qp: &Qp<SiwRs>, inner: &mut Inner, wakes: &mut Wakes) {
             }
         }
     }
+}
+
+/// One inline buffer per send queue slot.
+fn inline_slots(n: u32) -> Result<KVVec<uwqe::Inline>> {
+    let n = usize::try_from(n).map_err(|_| EINVAL)?;
+    let mut v = KVVec::with_capacity(n, GFP_KERNEL)?;
+    for _ in 0..n {
+        v.push([0u8; uwqe::MAX_INLINE as usize], GFP_KERNEL)?;
+    }
+    Ok(v)
 }
 
 /// Whether another WQE fits the send queue: queued and sent-but-not-completed
@@ -763,7 +812,7 @@ fn make_wqe(core: &QpCore, wr: &SendWr<'_, SiwRs>) -> Result<SendWqe> {
         sges,
         nsge,
         len,
-        inline: None,
+        inline: false,
     })
 }
 
@@ -937,15 +986,16 @@ fn awaits_response(op: &WqeOp) -> bool {
 }
 
 /// The next job, while in RTS: Read Responses first, then the send queue
-/// in order, honouring the fence bit and the ORD.
-pub(crate) fn next_job(qp: &Qp<SiwRs>) -> Option<Job> {
+/// in order, honouring the fence bit and the ORD. The inline data of a WQE
+/// taken is copied to `inline` (the transmitter's buffer).
+pub(crate) fn next_job(qp: &Qp<SiwRs>, inline: &mut uwqe::Inline) -> Option<Job> {
     let mut wakes = Wakes::none();
-    let job = next_job_locked(qp, &mut wakes);
+    let job = next_job_locked(qp, inline, &mut wakes);
     wakes.run(qp);
     job
 }
 
-fn next_job_locked(qp: &Qp<SiwRs>, wakes: &mut Wakes) -> Option<Job> {
+fn next_job_locked(qp: &Qp<SiwRs>, inline: &mut uwqe::Inline, wakes: &mut Wakes) -> Option<Job> {
     let mut inner = qp.data().inner.lock();
     if inner.state != QpState::Rts {
         return None;
@@ -974,20 +1024,33 @@ fn next_job_locked(qp: &Qp<SiwRs>, wakes: &mut Wakes) -> Option<Job> {
     if read && inner.reads_out >= inner.ord.max(1) {
         return None;
     }
-    inner.sq.pop().map(Job::Wqe)
+    let slot = inner.sq.head;
+    let w = inner.sq.pop()?;
+    if w.inline {
+        let n = w.len as usize;
+        if let (Some(dst), Some(src)) = (inline.get_mut(..n), inner.sq_inline.get(slot).and_then(|b| b.get(..n))) {
+            dst.copy_from_slice(src);
+        }
+    }
+    Some(Job::Wqe(w))
 }
 
 /// A WQE was transmitted (or executed) successfully: it completes at once
 /// unless an earlier Read or Atomic still awaits its response. (Reads and
 /// Atomics themselves enter `pending` through [`await_response`].)
 pub(crate) fn sent(qp: &Qp<SiwRs>, w: SendWqe) {
-    let mut inner = qp.data().inner.lock();
-    if inner.state == QpState::Rts && inner.pending.len > 0 && inner.pending.len < inner.pending.slots.len() {
-        let _ = inner.pending.push((w, true));
-        return;
+    let mut wakes = Wakes::none();
+    {
+        let mut inner = qp.data().inner.lock();
+        if inner.state == QpState::Rts && inner.pending.len > 0 && inner.pending.len < inner.pending.slots.len() {
+            let _ = inner.pending.push((w, true));
+            return;
+        }
+        // Completed under the same lock hold: one per message saved.
+        complete_send_locked(qp, &mut inner, &w, WcStatus::Success, &mut wakes);
     }
-    drop(inner);
-    complete_send(qp, w, WcStatus::Success);
+    drop(w);
+    wakes.run(qp);
 }
 
 /// A Read or Atomic Request is about to be transmitted: from now on it
@@ -1102,26 +1165,30 @@ pub(crate) fn queue_response(qp: &Qp<SiwRs>, job: Inbound) -> core::result::Resu
 /// signalled or failed; a failure also moves the QP to ERROR.
 pub(crate) fn complete_send(qp: &Qp<SiwRs>, w: SendWqe, status: WcStatus) {
     let mut wakes = Wakes::none();
-    {
-        let mut inner = qp.data().inner.lock();
-        let status = effective_status(&inner, status);
-        if w.signaled || status != WcStatus::Success {
-            let wc = Wc {
-                wr_id: w.wr_id,
-                status,
-                opcode: w.op.wc_opcode(),
-                byte_len: w.len,
-                qp: qp.id(),
-                qp_num: qp.qp_num(),
-                imm: None,
-                invalidated: None,
-            };
-            Wakes::merge(&mut wakes.send, cq::push(qp.send_cq(), wc, false));
-        }
-        error_out(qp, &mut inner, status, &mut wakes);
-    }
+    complete_send_locked(qp, &mut qp.data().inner.lock(), &w, status, &mut wakes);
+    // Dropped without the lock: it may hold the last reference to a region.
     drop(w);
     wakes.run(qp);
+}
+
+/// [`complete_send`] under the QP lock; the caller drops `w` after
+/// unlocking and runs `wakes`.
+fn complete_send_locked(qp: &Qp<SiwRs>, inner: &mut Inner, w: &SendWqe, status: WcStatus, wakes: &mut Wakes) {
+    let status = effective_status(inner, status);
+    if w.signaled || status != WcStatus::Success {
+        let wc = Wc {
+            wr_id: w.wr_id,
+            status,
+            opcode: w.op.wc_opcode(),
+            byte_len: w.len,
+            qp: qp.id(),
+            qp_num: qp.qp_num(),
+            imm: None,
+            invalidated: None,
+        };
+        Wakes::merge(&mut wakes.send, cq::push(qp.send_cq(), wc, false));
+    }
+    error_out(qp, inner, status, wakes);
 }
 
 /// A request that completes after its QP went to ERROR is flushed.

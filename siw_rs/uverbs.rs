@@ -159,8 +159,13 @@ impl UserRing {
 
     /// Copies entry `index` into `out` (as many words as `out` holds).
     pub(crate) fn read(&self, index: u32, out: &mut [u64]) {
-        for (w, o) in out.iter_mut().enumerate().take(self.words) {
-            *o = self.word(index, w).load(Ordering::Relaxed);
+        self.read_from(index, 0, out);
+    }
+
+    /// Copies words `first..` of entry `index` into `out`.
+    pub(crate) fn read_from(&self, index: u32, first: usize, out: &mut [u64]) {
+        for (w, o) in out.iter_mut().enumerate().take(self.words.saturating_sub(first)) {
+            *o = self.word(index, first + w).load(Ordering::Relaxed);
         }
     }
 

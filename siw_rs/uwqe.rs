@@ -26,6 +26,22 @@ pub(crate) type Inline = [u8; MAX_INLINE as usize];
 const SQE_SGE_WORD: usize = 8;
 const RQE_SGE_WORD: usize = 2;
 
+/// Words of an SQE before its SGEs or inline data.
+pub(crate) const SQE_HEAD_WORDS: usize = SQE_SGE_WORD;
+
+/// Words after the header that an SQE with header `w` uses: its SGEs, or
+/// its inline data. Bounded by the entry; what [`decode_send`] refuses
+/// (too many SGEs, too much inline data) needs no more than the bound.
+pub(crate) fn sqe_body_words(w: &[u64; SQE_WORDS]) -> usize {
+    let fl = (lo(w[1]) >> 8) & 0xff;
+    let n = if fl & ffi::SIW_RS_WQE_INLINE != 0 {
+        (hi(w[1]).min(MAX_INLINE) as usize).div_ceil(8)
+    } else {
+        2 * (((lo(w[1]) >> 16) & 0xff) as usize).min(NSGE)
+    };
+    n.min(SQE_WORDS - SQE_SGE_WORD)
+}
+
 /// A decoded send queue entry.
 pub(crate) struct UserSend {
     pub(crate) wr_id: u64,
@@ -33,8 +49,9 @@ pub(crate) struct UserSend {
     pub(crate) flags: SendFlags,
     pub(crate) sges: [Sge; NSGE],
     pub(crate) nsge: usize,
-    /// Inline payload and its length (instead of SGEs).
-    pub(crate) inline: Option<(KBox<Inline>, u32)>,
+    /// The length of the inline payload (instead of SGEs), which
+    /// [`copy_inline`] copies out of the entry.
+    pub(crate) inline: Option<u32>,
 }
 
 /// Why an entry was refused.
@@ -96,25 +113,23 @@ pub(crate) fn decode_send(w: &[u64; SQE_WORDS]) -> Result<UserSend, Malformed> {
         if !carries_data {
             return Err(Malformed);
         }
-        let data = inline(w, hi(w[1]))?;
-        return Ok(UserSend { wr_id: w[0], op, flags, sges: [Sge::default(); NSGE], nsge: 0, inline: Some(data) });
+        let len = hi(w[1]);
+        if len > MAX_INLINE {
+            return Err(Malformed);
+        }
+        return Ok(UserSend { wr_id: w[0], op, flags, sges: [Sge::default(); NSGE], nsge: 0, inline: Some(len) });
     }
     Ok(UserSend { wr_id: w[0], op, flags, sges: sges(w, SQE_SGE_WORD, nsge)?, nsge, inline: None })
 }
 
 /// Copies the `len` inline octets of an SQE (they follow the header, in
-/// memory order) into a buffer of their own. A failed (atomic) allocation
-/// fails the request like a malformed one.
-fn inline(w: &[u64; SQE_WORDS], len: u32) -> Result<(KBox<Inline>, u32), Malformed> {
-    if len > MAX_INLINE {
-        return Err(Malformed);
-    }
-    let mut buf = KBox::new([0u8; MAX_INLINE as usize], GFP_ATOMIC).map_err(|_| Malformed)?;
+/// memory order; [`decode_send`] gave their length) into `buf`.
+pub(crate) fn copy_inline(w: &[u64; SQE_WORDS], len: u32, buf: &mut Inline) {
     let words = w.get(SQE_SGE_WORD..).unwrap_or(&[]);
-    for (chunk, word) in buf.chunks_mut(8).zip(words) {
+    let n = (len.min(MAX_INLINE) as usize).div_ceil(8);
+    for (chunk, word) in buf.chunks_mut(8).zip(words).take(n) {
         chunk.copy_from_slice(&word.to_le_bytes()[..chunk.len()]);
     }
-    Ok((buf, len))
 }
 
 /// The completion opcode a flushed SQE reports (its opcode may be garbage).
