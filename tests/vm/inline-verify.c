@@ -32,6 +32,7 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#define VMTEST_NAME "inline-verify"
 #include "vmtest.h"
 
 #define N_SEND 600
@@ -47,25 +48,6 @@ struct keys {
 	uint64_t addr;
 	uint32_t rkey;
 };
-
-static int fail(const char *what)
-{
-	fprintf(stderr, "inline-verify: %s: %s\n", what, strerror(errno));
-	return 1;
-}
-
-static int bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int bad(const char *fmt, ...)
-{
-	va_list ap;
-
-	fputs("inline-verify: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	return 1;
-}
 
 static uint8_t pattern(int msg, int i)
 {

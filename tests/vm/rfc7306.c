@@ -37,6 +37,7 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#define VMTEST_NAME "rfc7306"
 #include "vmtest.h"
 
 #define N_ADD 50
@@ -60,26 +61,6 @@ struct target {
 	uint64_t cas;
 	uint8_t slots[N_IMM][SLOT];
 };
-
-static int fail(const char *what)
-{
-	fprintf(stderr, "rfc7306: %s: %s\n", what, strerror(errno));
-	return 1;
-}
-
-static int bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int bad(const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	fputs("rfc7306: FAIL: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
-	va_end(ap);
-	return 1;
-}
-
 
 static uint8_t pattern(int slot, int i)
 {

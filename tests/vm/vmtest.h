@@ -1,12 +1,42 @@
 /* SPDX-License-Identifier: GPL-2.0 */
-/* Pieces shared by the VM tests' verbs programs (rfc7306.c, access.c). */
+/* Pieces shared by the VM tests' verbs programs (rfc7306.c, access.c,
+ * inline-verify.c). */
 #ifndef SIW_RS_VMTEST_H
 #define SIW_RS_VMTEST_H
 
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <infiniband/verbs.h>
+
+/* Report helpers, for a program that defines VMTEST_NAME (its name in
+ * its reports) before including this header. */
+#ifdef VMTEST_NAME
+
+/* A failed call: "NAME: what: strerror(errno)" on stderr; returns 1. */
+static inline int fail(const char *what)
+{
+	fprintf(stderr, VMTEST_NAME ": %s: %s\n", what, strerror(errno));
+	return 1;
+}
+
+/* A failed check: "NAME: FAIL: ..." on stderr; returns 1. */
+static inline int bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static inline int bad(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	fputs(VMTEST_NAME ": FAIL: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+	return 1;
+}
+#endif
 
 /* One completion of CQ within 10 s: 0, or -1 (a poll error, or errno
  * ETIMEDOUT). */
