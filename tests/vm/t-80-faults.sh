@@ -235,9 +235,10 @@ fault_get() { cat "/sys/kernel/debug/$1/$2"; }
 # events, its ring mappings) and cleared as the call returns.
 # Only there: exec, path lookups, page faults, file closes and the exit
 # path touch the VM's 9p root, and a failed allocation in the 9p client
-# can break it for every process (seen twice in CI: every later exec in
-# the VM failed with EINVAL, once after a hung rping was killed with the
-# flag set, once after a run that passed). The verbs and CM calls, their
+# can break it for every process (seen twice with the flag set for the
+# whole process, in CI and in a full make check: every later exec in the
+# VM failed with EINVAL, once after a hung rping was killed with the flag
+# set, once after a run that passed). The verbs and CM calls, their
 # error paths and rping's own teardown of what it created all run with
 # allocations failing. A fatal signal clears every thread's flag (SIGKILL
 # cannot be caught: enomem_run clears them from outside before it kills),
