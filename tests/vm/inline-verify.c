@@ -78,7 +78,7 @@ static int run_server(struct rdma_addrinfo *res)
 	struct keys *keys = aligned_alloc(64, 64);
 	struct ibv_mr *rmr, *tmr, *kmr;
 	struct ibv_wc wc;
-	int i;
+	int i, rc;
 
 	if (!rbuf || !target || !keys)
 		return fail("aligned_alloc");
@@ -108,16 +108,11 @@ static int run_server(struct rdma_addrinfo *res)
 		return fail("rdma_accept");
 	keys->addr = (uintptr_t)target;
 	keys->rkey = tmr->rkey;
-	{
-		struct ibv_sge sge = { .addr = (uintptr_t)keys, .length = sizeof(*keys), .lkey = kmr->lkey };
-		struct ibv_send_wr wr = { .wr_id = 100, .sg_list = &sge, .num_sge = 1,
-					  .opcode = IBV_WR_SEND }, *badwr;
-
-		if (ibv_post_send(id->qp, &wr, &badwr))
-			return fail("ibv_post_send keys");
-		if (wait_wc(id->send_cq, &wc) || wc.status != IBV_WC_SUCCESS)
-			return bad("keys send: %s", ibv_wc_status_str(wc.status));
-	}
+	rc = send_and_wait(id->qp, id->send_cq, keys, sizeof(*keys), kmr->lkey);
+	if (rc < 0)
+		return fail("ibv_post_send keys");
+	if (rc)
+		return bad("keys send: %s", ibv_wc_status_str(rc));
 
 	for (i = 0; i < N_SEND; i++) {
 		const uint8_t *p = rbuf + (size_t)i * SLOT;

@@ -88,7 +88,7 @@ static int run_server(struct rdma_addrinfo *res)
 	struct ibv_qp_init_attr qinit;
 	struct ibv_wc wc;
 	uint64_t expect = 0;
-	int i;
+	int i, rc;
 
 	if (!t || !noatomic)
 		return fail("aligned_alloc");
@@ -123,16 +123,11 @@ static int run_server(struct rdma_addrinfo *res)
 	keys.rkey = tmr->rkey;
 	keys.noatomic_addr = (uintptr_t)noatomic;
 	keys.noatomic_rkey = nmr->rkey;
-	{
-		struct ibv_sge sge = { .addr = (uintptr_t)&keys, .length = sizeof(keys), .lkey = kmr->lkey };
-		struct ibv_send_wr wr = { .wr_id = 100, .sg_list = &sge, .num_sge = 1,
-					  .opcode = IBV_WR_SEND }, *badwr;
-
-		if (ibv_post_send(id->qp, &wr, &badwr))
-			return fail("ibv_post_send keys");
-		if (wait_wc(id->send_cq, &wc) || wc.status != IBV_WC_SUCCESS)
-			return bad("keys send: %s", ibv_wc_status_str(wc.status));
-	}
+	rc = send_and_wait(id->qp, id->send_cq, &keys, sizeof(keys), kmr->lkey);
+	if (rc < 0)
+		return fail("ibv_post_send keys");
+	if (rc)
+		return bad("keys send: %s", ibv_wc_status_str(rc));
 
 	for (i = 0; i < N_IMM; i++) {
 		uint32_t want = htonl(IMM_BASE + i);

@@ -55,4 +55,24 @@ static inline int wait_wc(struct ibv_cq *cq, struct ibv_wc *wc)
 	return -1;
 }
 
+/* Sends len octets at addr (region lkey) as one signalled Send and waits
+ * for its completion: 0 if it succeeded, -1 if the post failed (errno
+ * set), or the failed completion's status. */
+static inline int send_and_wait(struct ibv_qp *qp, struct ibv_cq *cq, void *addr, uint32_t len, uint32_t lkey)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)addr, .length = len, .lkey = lkey };
+	struct ibv_send_wr wr = { .wr_id = 100, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED }, *badwr;
+	struct ibv_wc wc;
+	int rc = ibv_post_send(qp, &wr, &badwr);
+
+	if (rc) {
+		errno = rc;
+		return -1;
+	}
+	if (wait_wc(cq, &wc))
+		return IBV_WC_GENERAL_ERR;
+	return wc.status;
+}
+
 #endif
