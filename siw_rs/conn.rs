@@ -551,9 +551,9 @@ impl Conn {
             // A small FPDU (header, a few payload pieces, CRC) goes to the
             // stack as one piece: tcp_sendmsg costs per piece about what
             // copying a few hundred octets here does.
-            let mut small = [0u8; SMALL_SEND];
             let total: usize = parts[..n].iter().map(|p| p.len()).sum();
             let sent = if n > 1 && total <= SMALL_SEND {
+                let mut small = [0u8; SMALL_SEND];
                 let mut at = 0usize;
                 for p in &parts[..n] {
                     if let Some(dst) = small.get_mut(at..at + p.len()) {

@@ -416,9 +416,14 @@ pub(crate) fn ring_avail(ring: &UserRing, next: u32) -> Option<u32> {
 pub(crate) fn take_entry<const W: usize>(ring: &UserRing, next: &mut u32) -> [u64; W] {
     let mut w = [0u64; W];
     ring.read(*next, &mut w);
+    consume(ring, next);
+    w
+}
+
+/// Hands ring entry `*next` back to the process and moves to the next.
+fn consume(ring: &UserRing, next: &mut u32) {
     *next = next.wrapping_add(1);
     ring.ctrl(Ctrl::Cons).store(*next, Ordering::Release);
-    w
 }
 
 /// [`take_entry`] for a send queue entry, reading only the words it uses:
@@ -434,8 +439,7 @@ fn take_sqe(ring: &UserRing, next: &mut u32) -> [u64; SQE_WORDS] {
     if let Some(b) = w.get_mut(head..head.saturating_add(body)) {
         ring.read_from(*next, head, b);
     }
-    *next = next.wrapping_add(1);
-    ring.ctrl(Ctrl::Cons).store(*next, Ordering::Release);
+    consume(ring, next);
     w
 }
 
