@@ -592,6 +592,8 @@ impl Conn {
             if !self.flush_batch(&mut tx)? {
                 return Ok(());
             }
+            // The next job when it was taken with the last one's completion.
+            let mut taken = None;
             if let Some(c) = tx.cur.as_mut().filter(|c| c.planned) {
                 // The batch is sent, so nothing refers to the first
                 // message's payload any more.
@@ -602,13 +604,17 @@ impl Conn {
                     c.segs = Segs::empty();
                     c.planned = false;
                 } else if let Some(Cur { wqe: Some(w), .. }) = tx.cur.take() {
-                    qp::sent(qp, w);
+                    taken = Some(qp::sent_then_next(qp, w, &mut tx.inline));
                 } else {
                     tx.cur = None;
                 }
             }
             if tx.cur.is_none() {
-                let Some(job) = qp::next_job(qp, &mut tx.inline) else {
+                let job = match taken {
+                    Some(job) => job,
+                    None => qp::next_job(qp, &mut tx.inline),
+                };
+                let Some(job) = job else {
                     if self.graceful.load(Ordering::Acquire) && qp::sq_empty(qp) {
                         drop(tx);
                         self.close(None);

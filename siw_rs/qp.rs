@@ -1000,7 +1000,11 @@ pub(crate) fn next_job(qp: &Qp<SiwRs>, inline: &mut uwqe::Inline) -> Option<Job>
 }
 
 fn next_job_locked(qp: &Qp<SiwRs>, inline: &mut uwqe::Inline, wakes: &mut Wakes) -> Option<Job> {
-    let mut inner = qp.data().inner.lock();
+    next_job_in(qp, &mut qp.data().inner.lock(), inline, wakes)
+}
+
+/// [`next_job`] under the QP lock.
+fn next_job_in(qp: &Qp<SiwRs>, inner: &mut Inner, inline: &mut uwqe::Inline, wakes: &mut Wakes) -> Option<Job> {
     if inner.state != QpState::Rts {
         return None;
     }
@@ -1008,11 +1012,11 @@ fn next_job_locked(qp: &Qp<SiwRs>, inline: &mut uwqe::Inline, wakes: &mut Wakes)
         return Some(Job::Response(j));
     }
     if inner.sq.len == 0 {
-        pull_sq(qp, &mut inner, wakes);
+        pull_sq(qp, inner, wakes);
         // With no room (Reads outstanding fill `pending`), the ring is not
         // idle: `read_done` kicks the transmitter, which pulls again.
-        while inner.sq.len == 0 && inner.state == QpState::Rts && sq_room(&inner) && !sq_idle(qp, &inner) {
-            pull_sq(qp, &mut inner, wakes);
+        while inner.sq.len == 0 && inner.state == QpState::Rts && sq_room(inner) && !sq_idle(qp, inner) {
+            pull_sq(qp, inner, wakes);
         }
     }
     let (fence, read) = {
@@ -1044,17 +1048,35 @@ fn next_job_locked(qp: &Qp<SiwRs>, inline: &mut uwqe::Inline, wakes: &mut Wakes)
 /// Atomics themselves enter `pending` through [`await_response`].)
 pub(crate) fn sent(qp: &Qp<SiwRs>, w: SendWqe) {
     let mut wakes = Wakes::none();
-    {
-        let mut inner = qp.data().inner.lock();
-        if inner.state == QpState::Rts && inner.pending.len > 0 && inner.pending.len < inner.pending.slots.len() {
-            let _ = inner.pending.push((w, true));
-            return;
-        }
-        // Completed under the same lock hold: one per message saved.
-        complete_send_locked(qp, &mut inner, &w, WcStatus::Success, &mut wakes);
-    }
-    drop(w);
+    let done = sent_locked(qp, &mut qp.data().inner.lock(), w, &mut wakes);
+    // Dropped without the lock: it may hold the last reference to a region.
+    drop(done);
     wakes.run(qp);
+}
+
+/// [`sent`], then [`next_job`], in one hold of the QP lock: the
+/// transmitter's step from one message to the next.
+pub(crate) fn sent_then_next(qp: &Qp<SiwRs>, w: SendWqe, inline: &mut uwqe::Inline) -> Option<Job> {
+    let mut wakes = Wakes::none();
+    let (done, job) = {
+        let mut inner = qp.data().inner.lock();
+        let done = sent_locked(qp, &mut inner, w, &mut wakes);
+        (done, next_job_in(qp, &mut inner, inline, &mut wakes))
+    };
+    drop(done);
+    wakes.run(qp);
+    job
+}
+
+/// [`sent`] under the QP lock. Returns the WQE if it completed, for the
+/// caller to drop after unlocking.
+fn sent_locked(qp: &Qp<SiwRs>, inner: &mut Inner, w: SendWqe, wakes: &mut Wakes) -> Option<SendWqe> {
+    if inner.state == QpState::Rts && inner.pending.len > 0 && inner.pending.len < inner.pending.slots.len() {
+        let _ = inner.pending.push((w, true));
+        return None;
+    }
+    complete_send_locked(qp, inner, &w, WcStatus::Success, wakes);
+    Some(w)
 }
 
 /// A Read or Atomic Request is about to be transmitted: from now on it
@@ -1232,18 +1254,19 @@ pub(crate) fn peek_recv_len(qp: &Qp<SiwRs>) -> Option<u32> {
         return claim_srq(qp, srq);
     }
     let mut wakes = Wakes::none();
-    {
+    let len = {
         let mut inner = qp.data().inner.lock();
         if inner.state == QpState::Rts && inner.rq.len == 0 {
             pull_rq(qp, &mut inner, &mut wakes);
         }
-    }
+        if inner.state != QpState::Rts || inner.rq.len == 0 {
+            None
+        } else {
+            inner.rq.slots.get(inner.rq.head).and_then(|s| s.as_ref()).map(|w| w.len)
+        }
+    };
     wakes.run(qp);
-    let inner = qp.data().inner.lock();
-    if inner.state != QpState::Rts || inner.rq.len == 0 {
-        return None;
-    }
-    inner.rq.slots.get(inner.rq.head).and_then(|s| s.as_ref()).map(|w| w.len)
+    len
 }
 
 /// With an SRQ: takes an entry for the next message (once), so that the
