@@ -994,17 +994,13 @@ fn awaits_response(op: &WqeOp) -> bool {
 /// taken is copied to `inline` (the transmitter's buffer).
 pub(crate) fn next_job(qp: &Qp<SiwRs>, inline: &mut uwqe::Inline) -> Option<Job> {
     let mut wakes = Wakes::none();
-    let job = next_job_locked(qp, inline, &mut wakes);
+    let job = next_job_locked(qp, &mut qp.data().inner.lock(), inline, &mut wakes);
     wakes.run(qp);
     job
 }
 
-fn next_job_locked(qp: &Qp<SiwRs>, inline: &mut uwqe::Inline, wakes: &mut Wakes) -> Option<Job> {
-    next_job_in(qp, &mut qp.data().inner.lock(), inline, wakes)
-}
-
 /// [`next_job`] under the QP lock.
-fn next_job_in(qp: &Qp<SiwRs>, inner: &mut Inner, inline: &mut uwqe::Inline, wakes: &mut Wakes) -> Option<Job> {
+fn next_job_locked(qp: &Qp<SiwRs>, inner: &mut Inner, inline: &mut uwqe::Inline, wakes: &mut Wakes) -> Option<Job> {
     if inner.state != QpState::Rts {
         return None;
     }
@@ -1061,7 +1057,7 @@ pub(crate) fn sent_then_next(qp: &Qp<SiwRs>, w: SendWqe, inline: &mut uwqe::Inli
     let (done, job) = {
         let mut inner = qp.data().inner.lock();
         let done = sent_locked(qp, &mut inner, w, &mut wakes);
-        (done, next_job_in(qp, &mut inner, inline, &mut wakes))
+        (done, next_job_locked(qp, &mut inner, inline, &mut wakes))
     };
     drop(done);
     wakes.run(qp);
