@@ -20,6 +20,23 @@ upstream_siw_report() {
 		! printf '%s\n' "$2" | grep -q 'siw_rs'
 }
 
+# nap SECS: a sleep without a process. A fork and exec costs 0.3-1 s on the
+# debug kernel under TCG, so polling loops wait with a read that times out
+# on a FIFO this shell holds open at both ends (nothing is ever written).
+NAP_FIFO=/run/siw_rs-nap.$$
+[ -p "$NAP_FIFO" ] || mkfifo "$NAP_FIFO"
+exec {NAP_FD}<>"$NAP_FIFO"
+nap() { read -rt "$1" -u "$NAP_FD" _ || true; }
+
+# cgroup_empty DIR: no process is left in the cgroup DIR.
+cgroup_empty() {
+	local k v
+	while read -r k v; do
+		[ "$k" = populated ] && { [ "$v" = 0 ]; return; }
+	done < "$1/cgroup.events"
+	return 1
+}
+
 fail_because() { printf '    %s\n' "$*" >&2; return 1; }
 
 # Run a command that must fail; its stderr is kept for the log.
@@ -31,8 +48,8 @@ must_fail() {
 	printf '    (expected error) %s: %s\n' "$*" "$(tr '\n' ' ' </tmp/must_fail.err)"
 }
 
-load_siw_rs() { grep -q '^siw_rs ' /proc/modules || insmod "$SIW_RS_KO"; }
-unload_siw_rs() { ! grep -q '^siw_rs ' /proc/modules || rmmod siw_rs; }
+load_siw_rs() { [ -d /sys/module/siw_rs ] || insmod "$SIW_RS_KO"; }
+unload_siw_rs() { [ ! -d /sys/module/siw_rs ] || rmmod siw_rs; }
 
 # Whether an RDMA device exists.
 have_dev() { [ -e "/sys/class/infiniband/$1" ]; }
@@ -45,18 +62,23 @@ expect_no_dev() {
 	fi
 }
 
-# Wait up to $2 seconds (default 10) for a device to disappear.
+# Wait up to $2 seconds (default 30) for a device to disappear.
 wait_dev_gone() {
 	local i
-	for ((i = 0; i < ${2:-10} * 10; i++)); do
+	for ((i = 0; i < ${2:-30} * 10; i++)); do
 		have_dev "$1" || return 0
-		sleep 0.1
+		nap 0.1
 	done
 	return 1
 }
 
-# Port state of an RDMA device's port 1 as `rdma link` prints it.
-link_state() { rdma link show "$1/1" 2>/dev/null | sed -n 's/.* state \([A-Z_]*\).*/\1/p'; }
+# Port state of an RDMA device's port 1 as `rdma link` prints it (sysfs
+# has it as "4: ACTIVE"); nothing if there is no such device.
+link_state() {
+	local s
+	{ read -r s < "/sys/class/infiniband/$1/ports/1/state"; } 2>/dev/null || return 0
+	echo "${s#*: }"
+}
 
 # rs1 on h1/veth1 and rs2 on h2/veth2 (the usual pair), siw_rs on
 # both ends; shared by the uverbs, fuzz, fault and soak tests.
@@ -105,26 +127,49 @@ no_qps() {
 	for ((i = 0; i < 50; i++)); do
 		n=$(rdma res show qp link "$1/1" 2>/dev/null | grep -c lqpn || true)
 		[ "$n" = 0 ] && return 0
-		sleep 0.2
+		nap 0.2
 	done
 	rdma res show qp link "$1/1" | sed 's/^/    qp| /'
 	fail_because "$n QPs left on $1"
 }
 
-# Scan for leaks; prints the report and fails if there is one.
+# kmemleak reports an unreferenced object only once two scans have seen it
+# unchanged (the first records a checksum), and a scan takes 13-16 s on the
+# debug kernel under TCG. So the runner scans once per test: a leak made in
+# one test is reported at the end of the next, and kmemleak_check names the
+# test that allocated it from the jiffies kmemleak stamps on each object.
+# KMEMLEAK_TESTS holds "START_JIFFIES TEST" lines, one per test so far.
+
+jiffies_now() {
+	local k v
+	while read -r k v; do
+		[ "$k" = jiffies: ] && { echo "$v"; return; }
+	done < /proc/timer_list
+}
+
+# kmemleak_check [final]: scans (twice, after kmemleak's minimum age, for
+# the final check of a run), prints the report and fails if there is one.
 kmemleak_check() {
 	kmemleak_available || return 0
-	# Objects must be older than kmemleak's minimum age to be reported.
-	sleep 6
-	echo scan > /sys/kernel/debug/kmemleak
+	if [ "${1:-}" = final ]; then
+		nap 6
+		echo scan > /sys/kernel/debug/kmemleak
+	fi
 	echo scan > /sys/kernel/debug/kmemleak
 	local report
-	report=$(cat /sys/kernel/debug/kmemleak)
-	if [ -n "$report" ]; then
-		printf '%s\n' "$report" | head -60 >&2
-		fail_because "kmemleak reports unreferenced objects"
-		return 1
-	fi
+	report=$(< /sys/kernel/debug/kmemleak)
+	[ -n "$report" ] || return 0
+	printf '%s\n' "$report" | head -60 >&2
+	printf '%s\n' "$report" | awk -v tests="$KMEMLEAK_TESTS" '
+		BEGIN { n = split(tests, line, "\n")
+			m = 0
+			for (i = 1; i <= n; i++) if (split(line[i], f, " ") == 2) { m++; start[m] = f[1] + 0; name[m] = f[2] } }
+		/^ *comm ".*", pid [0-9]+, jiffies [0-9]+/ {
+			j = $NF + 0; who = "before the first test"
+			for (i = 1; i <= m; i++) if (j >= start[i]) who = "during " name[i]
+			count[who]++ }
+		END { for (w in count) printf "    kmemleak: %d unreferenced objects allocated %s\n", count[w], w }' >&2
+	fail_because "kmemleak reports unreferenced objects"
 }
 
 # Run a command with the built siw_rs provider active ($WP for commands
@@ -144,7 +189,7 @@ server_client() {
 	ccmd=("$@")
 	ip netns exec "$sns" timeout "$t" "${scmd[@]}" > /tmp/server.log 2>&1 &
 	local spid=$!
-	wait_listen "$sns" "$(server_port "${scmd[@]}")"
+	wait_listen "$sns" "$(server_port "${scmd[@]}")" "$spid"
 	local crc=0 src=0
 	ip netns exec "$cns" timeout "$t" "${ccmd[@]}" > /tmp/client.log 2>&1 || crc=$?
 	wait "$spid" || src=$?
@@ -171,14 +216,32 @@ server_port() {
 	esac
 }
 
-# wait_listen NS PORT: waits (up to 20 s) until something listens on PORT
-# in namespace NS; a server under the debug kernel and TCG may take a few
-# seconds to get there.
+# wait_listen NS PORT [PID]: waits (up to 60 s) until something listens on
+# PORT in namespace NS; a server under the debug kernel and TCG may take a
+# few seconds to get there. With the PID of a process in NS (the server's
+# `ip netns exec`), it reads that process's view of /proc/net/tcp{,6}
+# instead of starting a process per look.
 wait_listen() {
 	local i
-	for ((i = 0; i < 200; i++)); do
-		[ -n "$(ip netns exec "$1" ss -Hltn "sport = :$2" 2>/dev/null)" ] && return 0
-		sleep 0.1
+	for ((i = 0; i < 600; i++)); do
+		if [ -n "${3:-}" ]; then
+			tcp_listens "$3" "$2" && return 0
+		else
+			[ -n "$(ip netns exec "$1" ss -Hltn "sport = :$2" 2>/dev/null)" ] && return 0
+		fi
+		nap 0.1
 	done
-	echo "    (nothing listens on port $2 in $1 after 20 s)"
+	echo "    (nothing listens on port $2 in $1 after 60 s)"
+}
+
+# tcp_listens PID PORT: a TCP socket listens on PORT in PID's namespace.
+tcp_listens() {
+	local hex f sl local rem st rest
+	printf -v hex ':%04X' "$2"
+	for f in "/proc/$1/net/tcp" "/proc/$1/net/tcp6"; do
+		while read -r sl local rem st rest; do
+			[ "$st" = 0A ] && [[ $local == *"$hex" ]] && return 0
+		done < "$f"
+	done 2>/dev/null
+	return 1
 }

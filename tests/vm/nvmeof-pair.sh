@@ -101,7 +101,7 @@ pair_tell() {
 	local i
 	for ((i = 0; i < 30; i++)); do
 		echo "$1" 2>/dev/null > "/dev/tcp/$PAIR_TARGET/$PAIR_SIGNAL_PORT" && return 0
-		sleep 2
+		nap 2
 	done
 	echo "    (could not tell the target '$1')"
 }
@@ -122,7 +122,7 @@ pair_host() {
 		fi
 		# Now and then, what the last try said.
 		[ $((tries % 12)) != 1 ] || sed 's/^/    discover| /' /tmp/discover.log | tail -n 2
-		sleep 5
+		nap 5
 	done
 	echo "    the target answered discovery after $((SECONDS - start)) s"
 	local dev desc="$PAIR_DRIVER host, $PAIR_OTHER target"
@@ -132,7 +132,7 @@ pair_host() {
 	# or finish, never hang.
 	timeout 300 dd if=/dev/urandom of="$dev" bs=64k count=64 oflag=direct status=none 2>/dev/null &
 	local writer=$!
-	sleep 2
+	nap 2
 	nvmeof_disconnect
 	wait "$writer" || true
 	echo "    disconnected during a write"

@@ -15,7 +15,7 @@ check_rnic() {
 test_10_load_unload_loop() {
 	scripts/topology up
 	local i
-	for ((i = 1; i <= 20; i++)); do
+	for ((i = 1; i <= 10; i++)); do
 		insmod "$SIW_RS_KO"
 		ip netns exec h1 rdma link add rs1 type siw_rs netdev veth1
 		ip netns exec h2 rdma link add rs2 type siw_rs netdev veth2
@@ -27,7 +27,7 @@ test_10_load_unload_loop() {
 		rmmod siw_rs
 		expect_no_dev rs2 "rs2 survived rmmod" || return 1
 	done
-	echo "    20 rounds of insmod, 2x link add, link del, rmmod"
+	echo "    10 rounds of insmod, 2x link add, link del, rmmod"
 }
 
 test_20_gid_guid_and_attrs() {
@@ -54,7 +54,7 @@ test_20_gid_guid_and_attrs() {
 	ip -n h1 link set veth1 down
 	[ "$(link_state rs1)" = DOWN ] || fail_because "state after veth1 down: $(link_state rs1)" || return 1
 	ip -n h1 link set veth1 up
-	sleep 0.5
+	nap 0.5
 	[ "$(link_state rs1)" = ACTIVE ] || fail_because "state after veth1 up: $(link_state rs1)" || return 1
 	rdma link del rs1
 }

@@ -129,21 +129,21 @@ test_50_sigkill_releases_everything() {
 	local i
 	for ((i = 0; i < 90; i++)); do
 		[ "$(rdma res show mr | grep -c 'dev rs')" -ge 2 ] && break
-		sleep 1
+		nap 1
 	done
-	sleep 2
+	nap 2
 	rdma res show mr | sed 's/^/    /' | head -n 4
 	[ "$(rdma res show mr | grep -c 'dev rs')" -ge 2 ] || fail_because "no MR registered on both ends within 90 s" || return 1
 	# SIGKILL the perftest processes themselves (not their timeout).
 	pkill -KILL -f 'ib_write_bw -R -d rs2' || fail_because "no client process to kill" || return 1
 	wait "$c" 2>/dev/null || true
 	# The server sees the connection fail and exits, or is killed too.
-	sleep 3
+	nap 3
 	pkill -KILL -f 'ib_write_bw -R -d rs1' || true
 	wait "$s" 2>/dev/null || true
 	for ((i = 0; i < 100; i++)); do
 		pgrep -x ib_write_bw >/dev/null || break
-		sleep 0.1
+		nap 0.1
 	done
 	pgrep -x ib_write_bw >/dev/null && fail_because "ib_write_bw still running after SIGKILL" && return 1
 	local after

@@ -62,7 +62,7 @@ nvmeof_connect() {
 	for ((i = 0; i < 50; i++)); do
 		dev=$(nvme list -o json 2>/dev/null | grep -o '"DevicePath" *: *"/dev/nvme[0-9]*n1"' | grep -o '/dev/nvme[0-9]*n1' | head -1)
 		[ -n "$dev" ] && [ -b "$dev" ] && break
-		sleep 0.2
+		nap 0.2
 	done
 	[ -n "$dev" ] || fail_because "no namespace block device after nvme connect" || return 1
 	echo "$dev"
@@ -122,7 +122,7 @@ test_61_nvmeof_disconnect_during_io_and_reconnect() {
 	# or finish, never hang, and the kernel must stay clean.
 	timeout 300 dd if=/dev/urandom of="$dev" bs=64k count=256 oflag=direct status=none 2>/dev/null &
 	local writer=$!
-	sleep 2
+	nap 2
 	nvmeof_disconnect
 	wait "$writer" || true
 	dev=$(nvmeof_connect) || return 1

@@ -45,7 +45,7 @@ fuzz_listener() {
 			local rc=0
 			wait "$!" || rc=$?
 			echo "listener exited with status $rc" >> /tmp/listener.log
-			[ -e /tmp/listener.stop ] || sleep 0.5
+			[ -e /tmp/listener.stop ] || nap 0.5
 		done
 	) &
 	LISTENER_LOOP=$!
@@ -63,7 +63,7 @@ stop_listener() {
 	for ((i = 0; i < 200; i++)); do
 		kill -0 "$pid" 2>/dev/null || break
 		[ "$i" != 100 ] || kill -KILL "$pid" 2>/dev/null || true
-		sleep 0.2
+		nap 0.2
 	done
 	if kill -0 "$pid" 2>/dev/null; then echo "    listener: still there 40 s after SIGTERM"; fi
 	kill "$LISTENER_LOOP" 2>/dev/null || true
@@ -87,7 +87,7 @@ listener_leftovers() {
 	for ((i = 0; i < 30; i++)); do
 		LEFTOVER_QPS=$(rdma res show qp link "$dev/1" 2>/dev/null | grep -c 'comm rping' || true)
 		[ "$LEFTOVER_QPS" = 0 ] && break
-		sleep 1
+		nap 1
 	done
 	echo "    listener: $(ls /proc/"$pid"/task 2>/dev/null | wc -l) threads, $LEFTOVER_QPS QPs left on $dev"
 	[ "$LEFTOVER_QPS" = 0 ] && return 0
@@ -203,7 +203,7 @@ test_99_fuzzer_against_upstream_siw() {
 	rdma link del siw1 2>/dev/null || true
 	rmmod siw 2>/dev/null || true
 	if kmemleak_available; then
-		sleep 6
+		nap 6
 		echo scan > /sys/kernel/debug/kmemleak
 		echo scan > /sys/kernel/debug/kmemleak
 		echo "    upstream siw left $(grep -c 'unreferenced object' /sys/kernel/debug/kmemleak || true) unreferenced objects (reported only)"

@@ -53,7 +53,7 @@ scale_no_resources() {
 		left=$(rdma res show 2>/dev/null | grep -E " ($SCALE_DEV1|$SCALE_DEV2): " |
 			awk '{for (j = 3; j < NF; j += 2) if ($j ~ /^(pd|cq|qp|cm_id|mr|ctx)$/ && $(j + 1) != 0) print}')
 		[ -z "$left" ] && return 0
-		sleep 0.5
+		nap 0.5
 	done
 	rdma res show | sed 's/^/    rdma res| /'
 	fail_because "resources left after the scale check"
@@ -68,7 +68,7 @@ scale_mem_back() {
 	for ((i = 0; i < 120; i++)); do
 		used=$(scale_used_kb)
 		[ "$used" -le $((base + tol)) ] && break
-		sleep 0.5
+		nap 0.5
 	done
 	echo "    memory in use: $base kB before, $used kB after ($((used - base)) kB; tolerance $tol kB)"
 	[ "$used" -le $((base + tol)) ] || fail_because "memory in use stayed $((used - base)) kB above its level before"
@@ -90,7 +90,7 @@ scale_pair() {
 	for ((i = 0; i < 10 * t; i++)); do
 		grep -q 'scale: server listening' /tmp/scale-server.log && break
 		kill -0 "$spid" 2>/dev/null || break
-		sleep 0.1
+		nap 0.1
 	done
 	wait_listen h1 "$port"
 	ip netns exec h2 timeout "$t" "$WP" "$SCALE" "${cargs[@]}" > /tmp/scale-client.log 2>&1 || crc=$?
