@@ -15,7 +15,7 @@ soak_loop() {
 		ip netns exec h1 timeout 120 "$WP" rping -s -a 10.55.0.1 -p "$port" -C 20 -S "$size" -V \
 			> "$d/server-$k.log" 2>&1 &
 		local sp=$!
-		wait_listen h1 "$port" > /dev/null
+		wait_listen h1 "$port" "$sp" > /dev/null
 		crc=0 src=0
 		ip netns exec h2 timeout 120 "$WP" rping -c -a 10.55.0.1 -p "$port" -C 20 -S "$size" -V \
 			> "$d/client-$k.log" 2>&1 || crc=$?

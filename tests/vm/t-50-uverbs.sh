@@ -120,7 +120,7 @@ test_50_sigkill_releases_everything() {
 	before=$(rdma_objects)
 	ip netns exec h1 timeout 240 "$WP" ib_write_bw -R -d rs1 -s 65536 -n 100000 >/tmp/s.log 2>&1 &
 	local s=$!
-	wait_listen h1 18515
+	wait_listen h1 18515 "$s"
 	ip netns exec h2 timeout 240 "$WP" ib_write_bw -R -d rs2 -s 65536 -n 100000 10.55.0.1 >/tmp/c.log 2>&1 &
 	local c=$!
 	# Let the transfer run, then kill the client mid-run: once both ends
@@ -194,13 +194,13 @@ test_55_garbage_in_a_ring_fails_only_that_qp() {
 	uverbs_pair
 	ip netns exec h1 timeout 180 "$WP" rping -s -a 10.55.0.1 -p 7175 -C 30 -S 1024 -V > /tmp/good-s.log 2>&1 &
 	local gs=$!
-	wait_listen h1 7175
+	wait_listen h1 7175 "$gs"
 	ip netns exec h2 timeout 180 "$WP" rping -c -a 10.55.0.1 -p 7175 -C 30 -S 1024 -V > /tmp/good-c.log 2>&1 &
 	local gc=$!
 	# The faulty process's peer.
 	ip netns exec h1 timeout 60 "$WP" rping -s -a 10.55.0.1 -p 7174 -C 1 > /tmp/victim.log 2>&1 &
 	local vs=$!
-	wait_listen h1 7174
+	wait_listen h1 7174 "$vs"
 	local rc=0
 	ip netns exec h2 timeout 60 "$WP" build/ring-fault 10.55.0.1 7174 > /tmp/fault.log 2>&1 || rc=$?
 	sed 's/^/    /' /tmp/fault.log

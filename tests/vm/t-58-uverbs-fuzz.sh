@@ -15,7 +15,7 @@ uvf_pair_loop() {
 		ip netns exec h1 timeout 300 "$WP" rping -s -a 10.55.0.1 -p "$port" -C 20 -S 1024 -V \
 			> /tmp/uvf-pair-server.log 2>&1 &
 		local sp=$!
-		wait_listen h1 "$port"
+		wait_listen h1 "$port" "$sp"
 		crc=0 src=0
 		ip netns exec h2 timeout 300 "$WP" rping -c -a 10.55.0.1 -p "$port" -C 20 -S 1024 -V \
 			> /tmp/uvf-pair-client.log 2>&1 || crc=$?
@@ -54,7 +54,7 @@ uvf_objects() { { rdma res show 2>/dev/null || true; } | awk '/^[0-9]+: rs/ {for
 # the device serves a new verified rping. The runner checks the kernel log
 # (warnings, KASAN, lockdep, hung tasks) and kmemleak.
 test_58_uverbs_fuzzer_unprivileged() {
-	local secs=${SIW_RS_UVERBS_FUZZ_SECS:-60} seed=${SIW_RS_UVERBS_FUZZ_SEED:-$(date +%s)}
+	local secs=${SIW_RS_UVERBS_FUZZ_SECS:-40} seed=${SIW_RS_UVERBS_FUZZ_SEED:-$(date +%s)}
 	local before rc=0 start pairs ok left after
 	uverbs_pair
 	# The kernel creates the uverbs nodes world-accessible (uverbs_devnode),

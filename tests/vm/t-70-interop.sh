@@ -29,7 +29,6 @@ test_70_peer_client_vs_rping_server() {
 			-- "$PEER" client --connect 10.55.0.1:7174 --count 10 --size 4096 --verify --timeout 50 -v || return 1
 		[ "$(grep -c 'ping' /tmp/client.log)" -ge 10 ] || fail_because "peer reported fewer than 10 pings" || return 1
 		rdma link del "$dev"
-		scripts/topology down
 	done
 }
 
@@ -42,7 +41,6 @@ test_71_rping_client_vs_peer_server() {
 		server_client h2 h1 120 -- "$PEER" server --listen 10.55.0.2:7174 --count 10 --size 4096 --verify --timeout 50 \
 			-- "$WP" rping -c -a 10.55.0.2 -C 10 -S 4096 -V || return 1
 		rdma link del "$dev"
-		scripts/topology down
 	done
 }
 
@@ -59,7 +57,7 @@ hostile() {
 		ip netns exec h2 timeout 60 "$PEER" server --listen 10.55.0.2:7174 --size 64 --timeout 50 \
 			--inject "$kind" --expect-term "$code" > /tmp/peer.log 2>&1 &
 		local p=$!
-		wait_listen h2 7174
+		wait_listen h2 7174 "$p"
 		ip netns exec h1 timeout 60 "$WP" rping -c -a 10.55.0.2 -C 1 -S 64 -V \
 			> /tmp/rping.log 2>&1 || rrc=$?
 		wait "$p" || prc=$?
@@ -67,7 +65,7 @@ hostile() {
 		ip netns exec h1 timeout 60 "$WP" rping -s -a 10.55.0.1 -C 1 -S 64 -V \
 			> /tmp/rping.log 2>&1 &
 		local r=$!
-		wait_listen h1 7174
+		wait_listen h1 7174 "$r"
 		ip netns exec h2 timeout 60 "$PEER" client --connect 10.55.0.1:7174 --size 64 --timeout 50 \
 			--inject "$kind" --expect-term "$code" > /tmp/peer.log 2>&1 || prc=$?
 		wait "$r" || rrc=$?

@@ -12,8 +12,8 @@
 # test_99 sorts after every siw_rs test because such a lockdep report
 # turns lockdep off for the rest of the boot.
 #
-# Environment: SIW_RS_FUZZ_SECS (default 120) bounds the siw_rs run,
-# SIW_RS_FUZZ_SIW_SECS (default 60) the upstream siw run,
+# Environment: SIW_RS_FUZZ_SECS (default 60) bounds the siw_rs run,
+# SIW_RS_FUZZ_SIW_SECS (default 30) the upstream siw run,
 # SIW_RS_FUZZ_SEED the seed (default: the clock; printed, with every
 # failing case's reproduction line), SIW_RS_FUZZ_JOBS parallel
 # connections (default 1: `rping -s -P` keeps the latest connection
@@ -130,7 +130,7 @@ pair_loop() {
 		ip netns exec h1 timeout 300 "$WP" rping -s -a 10.55.0.1 -p "$PAIR_PORT" -C 20 -S 1024 -V \
 			> /tmp/pair-server.log 2>&1 &
 		local sp=$!
-		wait_listen h1 "$PAIR_PORT"
+		wait_listen h1 "$PAIR_PORT" "$sp"
 		crc=0 src=0
 		ip netns exec h2 timeout 300 "$WP" rping -c -a 10.55.0.1 -p "$PAIR_PORT" -C 20 -S 1024 -V \
 			> /tmp/pair-client.log 2>&1 || crc=$?
@@ -149,7 +149,7 @@ pair_loop() {
 }
 
 test_75_hostile_peer_fuzzer() {
-	local secs=${SIW_RS_FUZZ_SECS:-120}
+	local secs=${SIW_RS_FUZZ_SECS:-60}
 	uverbs_pair
 	hang_watch "${SIW_RS_FUZZ_WATCH:-$((secs + 600))}"
 	fuzz_listener h1 10.55.0.1 "$WP"
@@ -181,7 +181,7 @@ test_75_hostile_peer_fuzzer() {
 }
 
 test_99_fuzzer_against_upstream_siw() {
-	local secs=${SIW_RS_FUZZ_SIW_SECS:-60}
+	local secs=${SIW_RS_FUZZ_SIW_SECS:-30}
 	scripts/topology up
 	modprobe siw
 	ip netns exec h1 rdma link add siw1 type siw netdev veth1

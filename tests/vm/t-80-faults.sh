@@ -40,7 +40,7 @@ test_80_packet_loss_and_delay() {
 endless_rping() {
 	ip netns exec h1 timeout 400 "$WP" rping -s -a 10.55.0.1 -C 0 -S 64 -V > /tmp/server.log 2>&1 &
 	SP=$!
-	wait_listen h1 7174
+	wait_listen h1 7174 "$SP"
 	ip netns exec h2 timeout 400 "$WP" rping -c -a 10.55.0.1 -C 0 -S 64 -V -v > /tmp/client.log 2>&1 &
 	CP=$!
 }
@@ -548,7 +548,7 @@ test_85_enomem_injection() {
 		ignore-gfp-highmem=N min-order=0 interval=1 times=0 space=0
 	ip netns exec h1 timeout 400 "$WP" rping -s -P -a 10.55.0.1 -C 2 -S 1024 -V > "$EH/pserver.log" 2>&1 &
 	local psp=$! restarts=0
-	wait_listen h1 7174
+	wait_listen h1 7174 "$psp"
 	# The allocations a run makes once failing: with a budget ("space",
 	# octets for failslab, pages for fail_page_alloc) no run exhausts and
 	# probability 100, each attribute counts them down without failing.
@@ -576,16 +576,16 @@ test_85_enomem_injection() {
 	# every tracked allocation is followed by one of kmemleak's own, which
 	# falls back to a reserve pool and so never fails, and slab refills
 	# and page faults retry, so a single failure would mostly be absorbed.
-	# Every mode once, then as many rounds as fit in 120 s.
+	# Every mode once, then as many rounds as fit in 60 s.
 	local start=$SECONDS i=0 mode ok=0 tolerated=0 failed=0 hung=0 killed=0 unkillable=0 unexplained=0 b t
-	while [ $i -lt 6 ] || { [ $i -lt 36 ] && [ $((SECONDS - start)) -lt 120 ]; }; do
+	while [ $i -lt 6 ] || { [ $i -lt 36 ] && [ $((SECONDS - start)) -lt 60 ]; }; do
 		if ! kill -0 "$psp" 2>/dev/null; then
 			# rping -P exits when a connection fails while it is being
 			# accepted (a client that died mid-handshake).
 			restarts=$((restarts + 1))
 			ip netns exec h1 timeout 400 "$WP" rping -s -P -a 10.55.0.1 -C 2 -S 1024 -V >> "$EH/pserver.log" 2>&1 &
 			psp=$!
-			wait_listen h1 7174
+			wait_listen h1 7174 "$psp"
 		fi
 		fault_set failslab probability=0 times=0 space=0
 		fault_set fail_page_alloc probability=0 times=0 space=0

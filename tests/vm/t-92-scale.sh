@@ -92,7 +92,7 @@ scale_pair() {
 		kill -0 "$spid" 2>/dev/null || break
 		nap 0.1
 	done
-	wait_listen h1 "$port"
+	wait_listen h1 "$port" "$spid"
 	ip netns exec h2 timeout "$t" "$WP" "$SCALE" "${cargs[@]}" > /tmp/scale-client.log 2>&1 || crc=$?
 	wait "$spid" || src=$?
 	grep -E 'FAIL|PASS|checkpoint|scale: (mr|regs|place|a Read|rdma res)|server:' /tmp/scale-server.log |
