@@ -134,10 +134,13 @@ no_qps() {
 }
 
 # kmemleak reports an unreferenced object only once two scans have seen it
-# unchanged (the first records a checksum), and a scan takes 13-16 s on the
-# debug kernel under TCG. So the runner scans once per test: a leak made in
-# one test is reported at the end of the next, and kmemleak_check names the
-# test that allocated it from the jiffies kmemleak stamps on each object.
+# unchanged (the first records a checksum), and a scan takes 13-20 s on the
+# debug kernel under TCG. So the runner scans after a test only when 240 s
+# have passed since its last scan: a leak made in one test is reported at
+# the end of a later one, and kmemleak_check names the test that allocated
+# it from the jiffies kmemleak stamps on each object. (The "clear" before
+# each test only hides objects that were unreferenced in the last scan;
+# one allocated since, or seen there for the first time, stays in play.)
 # KMEMLEAK_TESTS holds "START_JIFFIES TEST" lines, one per test so far.
 
 jiffies_now() {
