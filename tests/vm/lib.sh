@@ -223,12 +223,14 @@ server_port() {
 # PORT in namespace NS; a server under the debug kernel and TCG may take a
 # few seconds to get there. With the PID of a process in NS (the server's
 # `ip netns exec`), it reads that process's view of /proc/net/tcp{,6}
-# instead of starting a process per look.
+# instead of starting a process per look, and stops once the process has
+# ended: it will not listen any more.
 wait_listen() {
 	local i
 	for ((i = 0; i < 600; i++)); do
 		if [ -n "${3:-}" ]; then
 			tcp_listens "$3" "$2" && return 0
+			kill -0 "$3" 2>/dev/null || { echo "    (the server, pid $3, ended before it listened on port $2)"; return; }
 		else
 			[ -n "$(ip netns exec "$1" ss -Hltn "sport = :$2" 2>/dev/null)" ] && return 0
 		fi

@@ -475,12 +475,7 @@ enomem_run() {
 		ip netns exec h1 timeout -k 5 300 "${hook[@]}" "$WP" rping -s -a 10.55.0.1 -p 7175 \
 			-C 2 -S 1024 -V -v -d > "$EH/server.log" 2>&1 &
 		fsp=$!
-		# As wait_listen, but it also stops when the server has died.
-		for ((i = 0; i < 600; i++)); do
-			tcp_listens "$fsp" 7175 && break
-			kill -0 "$fsp" 2>/dev/null || break
-			nap 0.1
-		done
+		wait_listen h1 7175 "$fsp"
 		ip netns exec h2 timeout -k 5 300 "$WP" rping -c -a 10.55.0.1 -p 7175 \
 			-C 2 -S 1024 -V -v > "$EH/client.log" 2>&1 &
 		cp=$!
