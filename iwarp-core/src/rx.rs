@@ -770,6 +770,10 @@ impl<C: CrcEngine> Receiver<C> {
             return Ok((0, Flow::Wait));
         }
         match self.phase {
+            Phase::Length if self.markers.is_none() && self.len_got == 0 => match self.whole_header(rest, bufs) {
+                Some(r) => r,
+                None => self.length_bytes(rest, avail),
+            },
             Phase::Length => self.length_bytes(rest, avail),
             Phase::Header | Phase::Fixed => self.header_bytes(rest, avail, bufs),
             Phase::Payload => self.payload_bytes(rest, avail),
@@ -817,6 +821,49 @@ impl<C: CrcEngine> Receiver<C> {
             self.crc.update(&self.marker_buf);
         }
         Ok((n, Flow::More))
+    }
+
+    /// The common case, taken in one step: an FPDU starts, without markers,
+    /// and `rest` holds its ULPDU_Length and whole DDP header. Does what
+    /// [`length_bytes`](Self::length_bytes) and the two
+    /// [`header_bytes`](Self::header_bytes) steps would, in their order.
+    /// `None` (nothing consumed, nothing changed) where the step-by-step
+    /// path must run: too few octets, or a length or control field that
+    /// fails, whose error that path reports.
+    fn whole_header<'a, B>(
+        &mut self,
+        rest: &'a [u8],
+        bufs: &mut B,
+    ) -> Option<Result<(usize, Flow<'a>), RxError>>
+    where
+        B: PostedBuffers + ?Sized,
+    {
+        let (len, after) = rest.split_first_chunk::<ULPDU_LENGTH_LEN>()?;
+        let ulen = u16::from_be_bytes(*len);
+        if ulen < MIN_ULPDU_LEN || ulen > self.config.max_ulpdu_len {
+            return None;
+        }
+        let ctrl = ControlField::parse(after).ok()?;
+        let hlen = ctrl.header_len();
+        if usize::from(ulen) < hlen || ctrl.check_versions().is_err() {
+            return None;
+        }
+        let header = after.get(..hlen)?;
+        let dst = self.seg.get_mut(..hlen)?;
+        dst.copy_from_slice(header);
+        let n = ULPDU_LENGTH_LEN.saturating_add(hlen);
+        if self.config.crc {
+            self.crc.update(rest.get(..n).unwrap_or(&[]));
+        }
+        self.len_buf = *len;
+        self.len_got = ULPDU_LENGTH_LEN;
+        self.ulen = ulen;
+        self.hdr_len = hlen;
+        self.seg_got = hlen;
+        self.seg_need = hlen;
+        self.current = None;
+        self.phase = Phase::Header;
+        Some(self.header_done(bufs).map(|flow| (n, flow)))
     }
 
     fn length_bytes<'a>(
