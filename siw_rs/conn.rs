@@ -114,6 +114,13 @@ struct Tx {
     /// The message in progress. A batch only ever holds FPDUs of this one
     /// message, so its payload pieces resolve through `segs`.
     cur: Option<Cur>,
+    /// The payload of `cur`, empty without one. Kept here rather than in
+    /// `cur` and refilled in place for each message: these few hundred
+    /// octets would otherwise be built and moved several times per
+    /// message, which shows in small-message latency.
+    segs: Segs,
+    /// Where a small batch is gathered into one piece for the socket.
+    small: KBox<[u8; SMALL_SEND]>,
     crc: Crc32c,
     /// Request Identifier of the next Atomic Request.
     atomic_id: u32,
@@ -129,7 +136,6 @@ struct Cur {
     /// The WQE it carries out (`None` for a response, and for a Read or
     /// Atomic Request, already awaiting its response in the QP).
     wqe: Option<SendWqe>,
-    segs: Segs,
     /// Every FPDU is planned: the WQE completes once the batch is sent.
     planned: bool,
     /// A second message of the same WQE, started once the first is sent
@@ -163,22 +169,25 @@ impl Segs {
         Segs { few: [(0, 0); FEW_RANGES], nfew: 0, more: KVec::new(), held: Default::default() }
     }
 
-    /// The payload of `len` bytes at `addr` in `m`.
-    fn of_region(m: Arc<Mem>, addr: u64, len: u64) -> core::result::Result<Self, AccessError> {
-        let mut s = Segs::empty();
-        s.add(m, addr, len)?;
-        Ok(s)
+    /// Back to no payload, releasing the regions held (the ranges beyond
+    /// `nfew` are never read, so they are not cleared).
+    fn clear(&mut self) {
+        self.nfew = 0;
+        if !self.more.is_empty() {
+            self.more = KVec::new();
+        }
+        for h in self.held.iter_mut().filter(|h| h.is_some()) {
+            *h = None;
+        }
     }
 
     /// A process's inline data, in the transmitter's buffer (copied out of
-    /// its ring at post time).
-    fn of_inline(buf: &[u8]) -> Self {
-        let mut s = Segs::empty();
-        if !buf.is_empty() {
-            s.few[0] = (buf.as_ptr() as usize as u64, buf.len());
-            s.nfew = 1;
+    /// its ring at post time), added to an empty payload.
+    fn set_inline(&mut self, buf: &[u8]) {
+        if let (false, Some(r)) = (buf.is_empty(), self.few.first_mut()) {
+            *r = (buf.as_ptr() as usize as u64, buf.len());
+            self.nfew = 1;
         }
-        s
     }
 
     /// Appends `len` bytes at `addr` in `m` (already checked).
@@ -253,6 +262,69 @@ impl PayloadSource for Segs {
             Err(TxError::PayloadUnavailable { offset, len })
         }
     }
+}
+
+/// Copies the pending chunks of `batch` (payload through `segs`) into
+/// `out`; returns the octets copied. `EINVAL` if they do not fit or a
+/// payload piece does not resolve.
+fn gather(batch: &TxBatch, segs: &Segs, out: &mut [u8]) -> Result<usize> {
+    let mut at = 0usize;
+    let mut put = |p: &[u8]| match out.get_mut(at..at + p.len()) {
+        Some(dst) => {
+            dst.copy_from_slice(p);
+            at += p.len();
+            true
+        }
+        None => false,
+    };
+    for chunk in batch.chunks() {
+        let ok = match chunk {
+            Chunk::Bytes(b) => put(b),
+            Chunk::Payload { offset, len, .. } => {
+                let mut fits = true;
+                let whole = segs.for_range(offset, len, |p| fits &= put(p));
+                whole && fits
+            }
+        };
+        if !ok {
+            return Err(EINVAL);
+        }
+    }
+    Ok(at)
+}
+
+/// The pending chunks of `batch` as slices (payload through `segs`), as
+/// many as `parts` holds; returns how many.
+fn collect_parts<'a>(batch: &'a TxBatch, segs: &'a Segs, parts: &mut [&'a [u8]]) -> Result<usize> {
+    let mut n = 0usize;
+    for chunk in batch.chunks() {
+        if n >= parts.len() {
+            break;
+        }
+        match chunk {
+            Chunk::Bytes(b) => {
+                parts[n] = b;
+                n += 1;
+            }
+            Chunk::Payload { offset, len, .. } => {
+                let mut full = false;
+                segs.for_range(offset, len, |p| match parts.get_mut(n) {
+                    Some(slot) => {
+                        *slot = p;
+                        n += 1;
+                    }
+                    None => full = true,
+                });
+                if full {
+                    break;
+                }
+            }
+        }
+    }
+    if n == 0 {
+        return Err(EINVAL);
+    }
+    Ok(n)
 }
 
 /// One connection.
@@ -372,6 +444,7 @@ impl Conn {
         let txc = TxConfig::from_negotiated(&neg, mulpdu_for(&neg), Extensions::ALL);
         let batch = KBox::new(TxBatch::new(), GFP_KERNEL)?;
         let inline = KBox::new([0u8; crate::uwqe::MAX_INLINE as usize], GFP_KERNEL)?;
+        let small = KBox::new([0u8; SMALL_SEND], GFP_KERNEL)?;
         let (local, remote) = (sock.local_addr(), sock.peer_addr());
         let conn = Arc::pin_init(
             pin_init!(Conn {
@@ -396,6 +469,8 @@ impl Conn {
                     transmitter: Transmitter::new(txc),
                     batch,
                     cur: None,
+                    segs: Segs::empty(),
+                    small,
                     crc: Crc32c::new(),
                     atomic_id: 0,
                     inline,
@@ -512,57 +587,17 @@ impl Conn {
     fn flush_batch(&self, tx: &mut Tx) -> Result<bool> {
         let mut retried = false;
         while !tx.batch.is_done() {
-            let mut parts: [&[u8]; crate::net::MAX_SEND_PARTS] = [&[]; crate::net::MAX_SEND_PARTS];
-            let mut n = 0usize;
-            let segs = tx.cur.as_ref().map(|c| &c.segs);
-            let mut ok = true;
-            for chunk in tx.batch.chunks() {
-                if n >= parts.len() {
-                    break;
-                }
-                match chunk {
-                    Chunk::Bytes(b) => {
-                        parts[n] = b;
-                        n += 1;
-                    }
-                    Chunk::Payload { offset, len, .. } => {
-                        let Some(segs) = segs else {
-                            ok = false;
-                            break;
-                        };
-                        let mut full = false;
-                        segs.for_range(offset, len, |s| {
-                            if n < parts.len() {
-                                parts[n] = s;
-                                n += 1;
-                            } else {
-                                full = true;
-                            }
-                        });
-                        if full {
-                            break;
-                        }
-                    }
-                }
-            }
-            if !ok || n == 0 {
-                return Err(EINVAL);
-            }
-            // A small FPDU (header, a few payload pieces, CRC) goes to the
-            // stack as one piece: tcp_sendmsg costs per piece about what
-            // copying a few hundred octets here does.
-            let total: usize = parts[..n].iter().map(|p| p.len()).sum();
-            let sent = if n > 1 && total <= SMALL_SEND {
-                let mut small = [0u8; SMALL_SEND];
-                let mut at = 0usize;
-                for p in &parts[..n] {
-                    if let Some(dst) = small.get_mut(at..at + p.len()) {
-                        dst.copy_from_slice(p);
-                    }
-                    at += p.len();
-                }
-                self.sock.send(&[small.get(..total).unwrap_or(&[])], true)?
+            // A small batch (headers, a few payload pieces, CRCs) goes to
+            // the stack as one piece, gathered straight from its chunks:
+            // tcp_sendmsg costs per piece about what copying a few hundred
+            // octets here does.
+            let sent = if tx.batch.pending_len() <= SMALL_SEND {
+                let Tx { batch, segs, small, .. } = &mut *tx;
+                let n = gather(batch, segs, &mut small[..])?;
+                self.sock.send(&[small.get(..n).unwrap_or(&[])], true)?
             } else {
+                let mut parts: [&[u8]; crate::net::MAX_SEND_PARTS] = [&[]; crate::net::MAX_SEND_PARTS];
+                let n = collect_parts(&tx.batch, &tx.segs, &mut parts)?;
                 self.sock.send(&parts[..n], true)?
             };
             if sent == 0 {
@@ -594,19 +629,17 @@ impl Conn {
             }
             // The next job when it was taken with the last one's completion.
             let mut taken = None;
-            if let Some(c) = tx.cur.as_mut().filter(|c| c.planned) {
-                // The batch is sent, so nothing refers to the first
-                // message's payload any more.
-                if let Some(next) = c.then.take() {
-                    let Tx { transmitter, cur, .. } = &mut *tx;
+            if tx.cur.as_ref().is_some_and(|c| c.planned) {
+                // The batch is sent (the socket copied it), so nothing
+                // refers to the message's payload any more.
+                let Tx { transmitter, cur, segs, inline, .. } = &mut *tx;
+                segs.clear();
+                if let Some(next) = cur.as_mut().and_then(|c| c.then.take()) {
                     let Some(c) = cur.as_mut() else { continue };
                     c.msg = transmitter.start(&next).map_err(|_| EINVAL)?;
-                    c.segs = Segs::empty();
                     c.planned = false;
-                } else if let Some(Cur { wqe: Some(w), .. }) = tx.cur.take() {
-                    taken = Some(qp::sent_then_next(qp, w, &mut tx.inline));
-                } else {
-                    tx.cur = None;
+                } else if let Some(Cur { wqe: Some(w), .. }) = cur.take() {
+                    taken = Some(qp::sent_then_next(qp, w, inline));
                 }
             }
             if tx.cur.is_none() {
@@ -640,10 +673,10 @@ impl Conn {
                     continue;
                 }
             }
-            let Tx { transmitter, batch, cur, crc, .. } = &mut *tx;
+            let Tx { transmitter, batch, cur, crc, segs, .. } = &mut *tx;
             let Some(c) = cur.as_mut() else { continue };
             let r = transmitter
-                .plan(batch, &mut c.msg, 0, &mut c.segs, crc, usize::MAX)
+                .plan(batch, &mut c.msg, 0, segs, crc, usize::MAX)
                 .map_err(|_| EINVAL)?;
             if r.status == PlanStatus::MessageDone {
                 c.planned = true;
@@ -658,15 +691,17 @@ impl Conn {
     /// with its completion status.
     fn begin(&self, tx: &mut Tx, job: Job) -> core::result::Result<(), Option<(SendWqe, WcStatus)>> {
         let qp = self.qp();
+        // Empty already (cleared as the last message finished); an error
+        // below leaves what it added for the teardown to release.
+        tx.segs.clear();
         let wqe = match job {
             Job::Response(Inbound::Read(ReadJob { req, mem })) => {
                 let msg = Message::read_response(&req);
-                let segs = match mem {
-                    Some(m) => Segs::of_region(m, req.source_to, u64::from(req.read_size)).map_err(|_| None)?,
-                    None => Segs::empty(),
-                };
+                if let Some(m) = mem {
+                    tx.segs.add(m, req.source_to, u64::from(req.read_size)).map_err(|_| None)?;
+                }
                 let msg = tx.transmitter.start(&msg).map_err(|_| None)?;
-                tx.cur = Some(Cur { msg, wqe: None, segs, planned: false, then: None });
+                tx.cur = Some(Cur { msg, wqe: None, planned: false, then: None });
                 return Ok(());
             }
             Job::Response(Inbound::Atomic(AtomicJob { req, mem })) => {
@@ -674,7 +709,7 @@ impl Conn {
                 let original = execute_atomic(&mem, &req).map_err(|_| None)?;
                 let msg = Message::AtomicResponse(AtomicResponse { request_id: req.request_id, original_value: original });
                 let msg = tx.transmitter.start(&msg).map_err(|_| None)?;
-                tx.cur = Some(Cur { msg, wqe: None, segs: Segs::empty(), planned: false, then: None });
+                tx.cur = Some(Cur { msg, wqe: None, planned: false, then: None });
                 return Ok(());
             }
             Job::Wqe(w) => w,
@@ -732,18 +767,16 @@ impl Conn {
             }
         };
         let no_payload = matches!(msg, Message::ReadRequest(_) | Message::AtomicRequest(_));
-        let segs = if no_payload {
-            Segs::empty()
-        } else if wqe.inline {
-            // Copied at post time; the buffer is the transmitter's, kept
-            // until the message is sent.
-            Segs::of_inline(tx.inline.get(..wqe.len as usize).unwrap_or(&[]))
-        } else {
-            match resolve_local(qp, sges, 0) {
-                Ok(s) => s,
-                Err(_) => return Err(Some((wqe, WcStatus::LocProtErr))),
+        if !no_payload {
+            if wqe.inline {
+                // Copied at post time; the buffer is the transmitter's, kept
+                // until the message is sent.
+                let Tx { segs, inline, .. } = &mut *tx;
+                segs.set_inline(inline.get(..wqe.len as usize).unwrap_or(&[]));
+            } else if resolve_local(qp, sges, 0, &mut tx.segs).is_err() {
+                return Err(Some((wqe, WcStatus::LocProtErr)));
             }
-        };
+        }
         if let (Some(id), WqeOp::Atomic { id: slot, .. }) = (atomic_id, &mut wqe.op) {
             // The response is matched against it.
             *slot = id;
@@ -759,7 +792,7 @@ impl Conn {
                 } else {
                     Some(wqe)
                 };
-                tx.cur = Some(Cur { msg, wqe, segs, planned: false, then });
+                tx.cur = Some(Cur { msg, wqe, planned: false, then });
                 Ok(())
             }
             Err(_) => Err(Some((wqe, WcStatus::LocLenErr))),
@@ -1117,7 +1150,11 @@ impl Conn {
         }
         // The message in flight is flushed too (its memory references go),
         // in order between the requests awaiting responses and the queue.
-        let cur = self.tx.lock().cur.take();
+        let cur = {
+            let mut tx = self.tx.lock();
+            tx.segs.clear();
+            tx.cur.take()
+        };
         qp::to_error(qp, cur.and_then(|c| c.wqe));
         if self.failed.load(Ordering::Acquire) {
             let ev = if self.access_error.load(Ordering::Acquire) {
@@ -1267,9 +1304,9 @@ fn check_remote(qp: &Qp<SiwRs>, stag: u32, to: u64, len: u32, rights: u32) -> co
     Ok(Some(m))
 }
 
-/// Resolves local SGEs (send sources) into kernel virtual ranges.
-fn resolve_local(qp: &Qp<SiwRs>, sges: &[Sge], rights: u32) -> core::result::Result<Segs, AccessError> {
-    let mut segs = Segs::empty();
+/// Resolves local SGEs (send sources) into kernel virtual ranges, added to
+/// `segs`.
+fn resolve_local(qp: &Qp<SiwRs>, sges: &[Sge], rights: u32, segs: &mut Segs) -> core::result::Result<(), AccessError> {
     for s in sges {
         if s.length == 0 {
             continue;
@@ -1278,7 +1315,7 @@ fn resolve_local(qp: &Qp<SiwRs>, sges: &[Sge], rights: u32) -> core::result::Res
         m.check(s.lkey, qp.pd().id(), s.addr, u64::from(s.length), rights)?;
         segs.add(m, s.addr, u64::from(s.length))?;
     }
-    Ok(segs)
+    Ok(())
 }
 
 /// Appends the kernel virtual ranges of `len` bytes at `addr` in `m` to

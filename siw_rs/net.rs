@@ -251,6 +251,12 @@ impl Socket {
     /// Sends as much of `parts` as the socket takes; with `nonblock` it
     /// returns `Ok(0)` when the socket is full.
     pub(crate) fn send(&self, parts: &[&[u8]], nonblock: bool) -> Result<usize> {
+        if let [one] = parts {
+            // The common small send: one vector, not an array of them to
+            // initialise.
+            let mut v = [ffi::kvec { iov_base: one.as_ptr().cast_mut().cast(), iov_len: one.len() }];
+            return self.sendmsg(&mut v, one.len(), nonblock);
+        }
         const MAXV: usize = MAX_SEND_PARTS;
         let mut vecs: [ffi::kvec; MAXV] = Default::default();
         let mut total = 0usize;
@@ -261,15 +267,21 @@ impl Socket {
             total += p.len();
             n += 1;
         }
+        self.sendmsg(vecs.get_mut(..n).unwrap_or(&mut []), total, nonblock)
+    }
+
+    /// `kernel_sendmsg` of `vecs`, which describe live slices of `total`
+    /// octets.
+    fn sendmsg(&self, vecs: &mut [ffi::kvec], total: usize, nonblock: bool) -> Result<usize> {
         let mut msg = ffi::msghdr::default();
         let mut flags = ffi::MSG_NOSIGNAL;
         if nonblock {
             flags |= ffi::MSG_DONTWAIT;
         }
         msg.msg_flags = flags;
-        // SAFETY: `vecs[..n]` describe live slices of `total` bytes; the
-        // socket copies them before returning.
-        let r = unsafe { ffi::kernel_sendmsg(self.sock.as_ptr(), &mut msg, vecs.as_mut_ptr(), n, total) };
+        // SAFETY: `vecs` describe live slices of `total` bytes (caller);
+        // the socket copies them before returning.
+        let r = unsafe { ffi::kernel_sendmsg(self.sock.as_ptr(), &mut msg, vecs.as_mut_ptr(), vecs.len(), total) };
         if r == -(ffi::EAGAIN as c_int) && nonblock {
             return Ok(0);
         }
