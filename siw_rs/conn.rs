@@ -264,63 +264,63 @@ impl PayloadSource for Segs {
     }
 }
 
-/// Copies the pending chunks of `batch` (payload through `segs`) into
-/// `out`; returns the octets copied. `EINVAL` if they do not fit or a
-/// payload piece does not resolve.
+/// Calls `f` with the pending octets of `batch` as slices, in wire order
+/// (payload pieces through `segs`), until it returns false. Returns
+/// whether every payload piece it reached resolved.
+fn pending_slices<'a>(batch: &'a TxBatch, segs: &'a Segs, mut f: impl FnMut(&'a [u8]) -> bool) -> bool {
+    let mut resolved = true;
+    for chunk in batch.chunks() {
+        let more = match chunk {
+            Chunk::Bytes(b) => f(b),
+            Chunk::Payload { offset, len, .. } => {
+                let mut more = true;
+                resolved &= segs.for_range(offset, len, |p| more = more && f(p));
+                more
+            }
+        };
+        if !more {
+            break;
+        }
+    }
+    resolved
+}
+
+/// Copies the pending octets of `batch` (payload through `segs`) into
+/// `out`; returns how many. `EINVAL` if they do not fit or a payload piece
+/// does not resolve.
 fn gather(batch: &TxBatch, segs: &Segs, out: &mut [u8]) -> Result<usize> {
     let mut at = 0usize;
-    let mut put = |p: &[u8]| match out.get_mut(at..at + p.len()) {
+    let mut fits = true;
+    let resolved = pending_slices(batch, segs, |p| match out.get_mut(at..at + p.len()) {
         Some(dst) => {
             dst.copy_from_slice(p);
             at += p.len();
             true
         }
-        None => false,
-    };
-    for chunk in batch.chunks() {
-        let ok = match chunk {
-            Chunk::Bytes(b) => put(b),
-            Chunk::Payload { offset, len, .. } => {
-                let mut fits = true;
-                let whole = segs.for_range(offset, len, |p| fits &= put(p));
-                whole && fits
-            }
-        };
-        if !ok {
-            return Err(EINVAL);
+        None => {
+            fits = false;
+            false
         }
+    });
+    if resolved && fits {
+        Ok(at)
+    } else {
+        Err(EINVAL)
     }
-    Ok(at)
 }
 
-/// The pending chunks of `batch` as slices (payload through `segs`), as
+/// The pending octets of `batch` as slices (payload through `segs`), as
 /// many as `parts` holds; returns how many.
 fn collect_parts<'a>(batch: &'a TxBatch, segs: &'a Segs, parts: &mut [&'a [u8]]) -> Result<usize> {
     let mut n = 0usize;
-    for chunk in batch.chunks() {
-        if n >= parts.len() {
-            break;
+    pending_slices(batch, segs, |p| match parts.get_mut(n) {
+        Some(slot) => {
+            *slot = p;
+            n += 1;
+            true
         }
-        match chunk {
-            Chunk::Bytes(b) => {
-                parts[n] = b;
-                n += 1;
-            }
-            Chunk::Payload { offset, len, .. } => {
-                let mut full = false;
-                segs.for_range(offset, len, |p| match parts.get_mut(n) {
-                    Some(slot) => {
-                        *slot = p;
-                        n += 1;
-                    }
-                    None => full = true,
-                });
-                if full {
-                    break;
-                }
-            }
-        }
-    }
+        None => false,
+    });
     if n == 0 {
         return Err(EINVAL);
     }
