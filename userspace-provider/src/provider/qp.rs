@@ -339,10 +339,9 @@ unsafe fn doorbell(qp: *mut ibv_qp) -> c_int {
     if n == size_of::<PostSendCmd>() as isize {
         0
     } else if n < 0 {
-        // SAFETY: errno of this thread, just set by write().
-        unsafe { *libc::__errno_location() }
+        std::io::Error::last_os_error().raw_os_error().unwrap_or(EIO)
     } else {
-        libc::EIO
+        EIO
     }
 }
 
