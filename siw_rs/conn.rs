@@ -44,12 +44,13 @@ use crate::{
 };
 use core::{
     ptr::NonNull,
-    sync::atomic::{AtomicBool, Ordering},
+    sync::atomic::{AtomicBool, AtomicU64, Ordering},
 };
 use kernel::{
     new_mutex,
     prelude::*,
     sync::{Arc, ArcBorrow, Mutex},
+    time::Ktime,
     workqueue,
 };
 
@@ -119,8 +120,14 @@ struct Tx {
     /// octets would otherwise be built and moved several times per
     /// message, which shows in small-message latency.
     segs: Segs,
-    /// Where a small batch is gathered into one piece for the socket.
-    small: KBox<[u8; SMALL_SEND]>,
+    /// Where small batches are gathered into one piece for the socket:
+    /// one batch, sent as it is complete, on a process's doorbell; as many
+    /// as fit, sent when no more work is queued, in a worker (see
+    /// [`Conn::tx_run`]).
+    stage: KBox<[u8; STAGE]>,
+    /// Octets in `stage`, and how many of them the socket took.
+    staged: usize,
+    stage_sent: usize,
     crc: Crc32c,
     /// Request Identifier of the next Atomic Request.
     atomic_id: u32,
@@ -327,6 +334,56 @@ fn collect_parts<'a>(batch: &'a TxBatch, segs: &'a Segs, parts: &mut [&'a [u8]])
     Ok(n)
 }
 
+/// What one transmit run did.
+#[derive(Default)]
+struct RunStats {
+    /// Messages started (WQEs and responses).
+    msgs: u32,
+    /// A batch too large for the stage went to the socket.
+    large: bool,
+}
+
+/// What a doorbell knows of the last transmit runs, to tell a process
+/// that streams small work requests from one that waits between posts
+/// ([`Conn::doorbell`]). Heuristics only, hence relaxed: a stale value
+/// costs one worker wake-up, or one message sent without company.
+struct Pace {
+    /// When the last run that sent something ended, and how long it took
+    /// (ns).
+    end: AtomicU64,
+    span: AtomicU64,
+    /// That run sent small messages only (all through the stage).
+    small: AtomicBool,
+}
+
+impl Pace {
+    fn new() -> Self {
+        Pace { end: AtomicU64::new(0), span: AtomicU64::new(0), small: AtomicBool::new(false) }
+    }
+
+    /// Whether the process streams small messages: it rang sooner after
+    /// the last run ended than half that run took, and that run's
+    /// messages were small. (There is nothing to gather among large ones,
+    /// and 64 KiB Writes handed to the worker reached about half the rate
+    /// of those sent from the calling thread.)
+    fn streaming(&self) -> bool {
+        let since = now_ns().saturating_sub(self.end.load(Ordering::Relaxed));
+        since.saturating_mul(2) < self.span.load(Ordering::Relaxed) && self.small.load(Ordering::Relaxed)
+    }
+
+    /// A transmit run from `start` to `end` (ns) did `stats`. A run that
+    /// found nothing to send (a worker after the process stopped posting)
+    /// says nothing of the process and leaves the record alone.
+    fn ran(&self, start: u64, end: u64, stats: &RunStats) {
+        if stats.msgs == 0 {
+            return;
+        }
+        self.end.store(end, Ordering::Relaxed);
+        self.span.store(end.saturating_sub(start), Ordering::Relaxed);
+        self.small.store(!stats.large, Ordering::Relaxed);
+    }
+}
+
 /// One connection.
 #[pin_data]
 pub(crate) struct Conn {
@@ -360,6 +417,8 @@ pub(crate) struct Conn {
     term: crate::sync::IrqSpinLock<Option<TerminateRepr>>,
     tx_busy: AtomicBool,
     tx_again: AtomicBool,
+    /// What the doorbell knows of the last transmit runs.
+    pace: Pace,
     closing: AtomicBool,
     /// The consumer asked for a graceful close (QP to SQD).
     graceful: AtomicBool,
@@ -394,7 +453,7 @@ impl workqueue::WorkItem<TRANSMIT> for Conn {
     type Pointer = Arc<Conn>;
 
     fn run(this: Arc<Conn>) {
-        this.tx_work();
+        this.tx_work(true);
     }
 }
 
@@ -409,6 +468,15 @@ impl workqueue::WorkItem<TEARDOWN> for Conn {
 /// Octets up to which a transmit batch is copied into one piece before it is
 /// handed to TCP (a 256-octet inline send with its headers and CRC fits).
 const SMALL_SEND: usize = 384;
+
+/// Octets of small batches a worker gathers before it sends them: about
+/// fifty 64-octet Writes, or three full-size TCP segments.
+const STAGE: usize = 4096;
+
+/// Nanoseconds since boot (monotonic).
+fn now_ns() -> u64 {
+    u64::try_from(Ktime::ktime_get().to_ns()).unwrap_or(0)
+}
 
 /// Largest ULPDU (DDP segment) this side sends to a peer that expects
 /// FPDUs aligned to TCP segments: one that fits a typical Ethernet MSS.
@@ -444,7 +512,7 @@ impl Conn {
         let txc = TxConfig::from_negotiated(&neg, mulpdu_for(&neg), Extensions::ALL);
         let batch = KBox::new(TxBatch::new(), GFP_KERNEL)?;
         let inline = KBox::new([0u8; crate::uwqe::MAX_INLINE as usize], GFP_KERNEL)?;
-        let small = KBox::new([0u8; SMALL_SEND], GFP_KERNEL)?;
+        let stage = KBox::new([0u8; STAGE], GFP_KERNEL)?;
         let (local, remote) = (sock.local_addr(), sock.peer_addr());
         let conn = Arc::pin_init(
             pin_init!(Conn {
@@ -470,7 +538,9 @@ impl Conn {
                     batch,
                     cur: None,
                     segs: Segs::empty(),
-                    small,
+                    stage,
+                    staged: 0,
+                    stage_sent: 0,
                     crc: Crc32c::new(),
                     atomic_id: 0,
                     inline,
@@ -478,6 +548,7 @@ impl Conn {
                 term <- crate::sync::new_irq_spinlock!(None),
                 tx_busy: AtomicBool::new(false),
                 tx_again: AtomicBool::new(false),
+                pace: Pace::new(),
                 closing: AtomicBool::new(false),
                 graceful: AtomicBool::new(false),
                 failed: AtomicBool::new(false),
@@ -539,6 +610,11 @@ impl Conn {
 
     /// Queues the transmit work.
     pub(crate) fn kick(self: &Arc<Self>) {
+        self.kick_on(workqueue::system());
+    }
+
+    /// Queues the transmit work on `queue`.
+    fn kick_on(self: &Arc<Self>, queue: &workqueue::Queue) {
         // SeqCst, here and in `push`/`tx_work`: a store-then-load on each
         // side (Dekker); with weaker orders the finishing worker can read a
         // stale `tx_again` while the kicker reads a stale `tx_busy`, and the
@@ -551,30 +627,55 @@ impl Conn {
         // queued: `tx_work` clears `tx_busy` only as it returns, after the
         // workqueue took the item off its queue. So this enqueue succeeds;
         // were the item queued after all, that run would do this work.
-        let _ = workqueue::system().enqueue::<_, TRANSMIT>(self.clone());
+        let _ = queue.enqueue::<_, TRANSMIT>(self.clone());
     }
 
-    /// Transmits now, on the calling thread, unless a transmit is already
-    /// running (which then picks the new work up). Only where sleeping is
-    /// allowed: a process's doorbell system call. Saves the hand-over to a
-    /// worker (a wake-up and a context switch per burst), which dominates
+    /// A process rang its send queue's doorbell (a system call, where
+    /// sleeping is allowed); `quiet`: the newest WQE it posted is
+    /// unsignalled.
+    ///
+    /// Transmits on the calling thread, unless a transmit is already
+    /// running (which then picks the new work up). Saves the hand-over to
+    /// a worker (a wake-up and a context switch), which dominates
     /// small-message latency; a large burst is sent until the socket is
     /// full, after which the write-space callback continues in a worker.
-    pub(crate) fn push(self: &Arc<Self>) {
+    ///
+    /// Except for a process that streams small unsignalled work requests
+    /// ([`Pace::streaming`]): sent from here, each would go to TCP alone,
+    /// one doorbell and one segment per message, all on the process's CPU.
+    /// Its transmit goes to the unbound workqueue instead, whose worker the
+    /// scheduler puts on an idle CPU. While the worker runs the send ring
+    /// is not marked idle, so the process goes on posting without system
+    /// calls, and the worker gathers the small messages it finds queued
+    /// into few socket sends. The process awaits no completion of what it
+    /// posted last, so the worker's wake-up delays nothing it waits for.
+    /// (A process that waits for each completion of its own would wait for
+    /// a wake-up per message.)
+    pub(crate) fn doorbell(self: &Arc<Self>, quiet: bool) {
+        if quiet && self.pace.streaming() {
+            self.kick_on(workqueue::system_unbound());
+            return;
+        }
         self.tx_again.store(true, Ordering::SeqCst);
         if self.tx_busy.swap(true, Ordering::SeqCst) {
             return;
         }
-        self.clone().tx_work();
+        self.clone().tx_work(false);
     }
 
-    fn tx_work(self: Arc<Self>) {
+    /// Runs the transmitter until no work is left; `gathering`: small
+    /// messages are sent together once no more work is queued, rather than
+    /// each as it is ready (see [`Conn::tx_run`]).
+    fn tx_work(self: Arc<Self>, gathering: bool) {
+        let start = now_ns();
+        let mut stats = RunStats::default();
         loop {
             self.tx_again.store(false, Ordering::Release);
-            if let Err(e) = self.tx_run() {
+            if let Err(e) = self.tx_run(gathering, &mut stats) {
                 pr_debug!("qp {}: transmit failed: {:?}\n", self.qp().qp_num(), e);
                 self.close(None);
             }
+            self.pace.ran(start, now_ns(), &stats);
             self.tx_busy.store(false, Ordering::SeqCst);
             if !self.tx_again.load(Ordering::SeqCst) || self.tx_busy.swap(true, Ordering::SeqCst) {
                 break;
@@ -582,49 +683,93 @@ impl Conn {
         }
     }
 
-    /// Sends what the batch still holds; `Ok(false)` when the socket is
-    /// full (a write-space callback will re-queue us).
-    fn flush_batch(&self, tx: &mut Tx) -> Result<bool> {
+    /// Hands `parts` to the socket; `Ok(None)` when it is full (a
+    /// write-space callback will re-queue us).
+    fn send_some(&self, parts: &[&[u8]]) -> Result<Option<usize>> {
         let mut retried = false;
+        loop {
+            let sent = self.sock.send(parts, true)?;
+            if sent > 0 {
+                return Ok(Some(sent));
+            }
+            self.sock.want_write_space();
+            // Room may have freed up between the send and the flag: try
+            // once more then. Not in a loop: a send refused for memory
+            // pressure, with room in the buffer, would spin.
+            if retried || !self.sock.writeable() {
+                return Ok(None);
+            }
+            retried = true;
+        }
+    }
+
+    /// Sends what the stage holds; `Ok(false)` when the socket is full.
+    fn flush_stage(&self, tx: &mut Tx) -> Result<bool> {
+        while tx.stage_sent < tx.staged {
+            let rest = tx.stage.get(tx.stage_sent..tx.staged).unwrap_or(&[]);
+            let Some(sent) = self.send_some(&[rest])? else {
+                return Ok(false);
+            };
+            tx.stage_sent += sent;
+        }
+        tx.staged = 0;
+        tx.stage_sent = 0;
+        Ok(true)
+    }
+
+    /// Sends what the batch still holds, small batches through the stage
+    /// (left there when `gathering`); `Ok(false)` when the socket is full.
+    fn flush_batch(&self, tx: &mut Tx, gathering: bool, stats: &mut RunStats) -> Result<bool> {
         while !tx.batch.is_done() {
             // A small batch (headers, a few payload pieces, CRCs) goes to
             // the stack as one piece, gathered straight from its chunks:
             // tcp_sendmsg costs per piece about what copying a few hundred
             // octets here does.
-            let sent = if tx.batch.pending_len() <= SMALL_SEND {
-                let Tx { batch, segs, small, .. } = &mut *tx;
-                let n = gather(batch, segs, &mut small[..])?;
-                self.sock.send(&[small.get(..n).unwrap_or(&[])], true)?
-            } else {
-                let mut parts: [&[u8]; crate::net::MAX_SEND_PARTS] = [&[]; crate::net::MAX_SEND_PARTS];
-                let n = collect_parts(&tx.batch, &tx.segs, &mut parts)?;
-                self.sock.send(&parts[..n], true)?
-            };
-            if sent == 0 {
-                self.sock.want_write_space();
-                // Room may have freed up between the send and the flag:
-                // try once more then. Not in a loop: a send refused for
-                // memory pressure, with room in the buffer, would spin.
-                if retried || !self.sock.writeable() {
+            let pending = tx.batch.pending_len();
+            if pending <= SMALL_SEND {
+                if tx.staged + pending > STAGE && !self.flush_stage(tx)? {
                     return Ok(false);
                 }
-                retried = true;
+                let Tx { batch, segs, stage, staged, .. } = &mut *tx;
+                let n = gather(batch, segs, stage.get_mut(*staged..).unwrap_or(&mut []))?;
+                *staged += n;
+                batch.advance(n).map_err(|_| EINVAL)?;
                 continue;
             }
-            retried = false;
+            // What is staged goes first: it is older.
+            if !self.flush_stage(tx)? {
+                return Ok(false);
+            }
+            stats.large = true;
+            let mut parts: [&[u8]; crate::net::MAX_SEND_PARTS] = [&[]; crate::net::MAX_SEND_PARTS];
+            let n = collect_parts(&tx.batch, &tx.segs, &mut parts)?;
+            let Some(sent) = self.send_some(&parts[..n])? else {
+                return Ok(false);
+            };
             tx.batch.advance(sent).map_err(|_| EINVAL)?;
+        }
+        if !gathering {
+            return self.flush_stage(tx);
         }
         Ok(true)
     }
 
-    fn tx_run(self: &Arc<Self>) -> Result {
+    /// Transmits queued work until none is left or the socket is full.
+    ///
+    /// With `gathering`, small batches collect in the stage until no more
+    /// work is queued (or the stage is full, or a large batch follows),
+    /// and go to the socket in one send: TCP then carries many small
+    /// messages in one segment, and the peer handles them in one receive.
+    /// A WQE completes once its message is in the stage (its payload is
+    /// copied, nothing refers to it), as it does once the socket took it.
+    fn tx_run(self: &Arc<Self>, gathering: bool, stats: &mut RunStats) -> Result {
         let qp = self.qp();
         let mut tx = self.tx.lock();
         loop {
             if self.closing.load(Ordering::Acquire) {
                 return Ok(());
             }
-            if !self.flush_batch(&mut tx)? {
+            if !self.flush_batch(&mut tx, gathering, stats)? {
                 return Ok(());
             }
             // The next job when it was taken with the last one's completion.
@@ -648,6 +793,9 @@ impl Conn {
                     None => qp::next_job(qp, &mut tx.inline),
                 };
                 let Some(job) = job else {
+                    if !self.flush_stage(&mut tx)? {
+                        return Ok(());
+                    }
                     if self.graceful.load(Ordering::Acquire) && qp::sq_empty(qp) {
                         drop(tx);
                         self.close(None);
@@ -655,7 +803,7 @@ impl Conn {
                     return Ok(());
                 };
                 match self.begin(&mut tx, job) {
-                    Ok(()) => {}
+                    Ok(()) => stats.msgs = stats.msgs.saturating_add(1),
                     Err(Some((w, status))) => {
                         qp::complete_send(qp, w, status);
                         drop(tx);
@@ -1137,7 +1285,10 @@ impl Conn {
             let mut crc = Crc32c::new();
             if let Ok(n) = tx.transmitter.emit_message(&Message::Terminate(t), &[], &mut crc, &mut buf) {
                 self.sock.set_timeouts(1000, 1000);
-                let _ = self.sock.send_all(&[buf.get(..n).unwrap_or(&[])]);
+                // Staged FPDUs go first: the TERMINATE must start where an
+                // FPDU would.
+                let staged = tx.stage.get(tx.stage_sent..tx.staged).unwrap_or(&[]);
+                let _ = self.sock.send_all(&[staged, buf.get(..n).unwrap_or(&[])]);
             }
         }
         self.sock.shutdown();

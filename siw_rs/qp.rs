@@ -155,6 +155,13 @@ impl<T> Fifo<T> {
         Ok(())
     }
 
+    /// The newest entry.
+    fn last(&self) -> Option<&T> {
+        let cap = self.slots.len();
+        let idx = (self.head + self.len).checked_sub(1)?;
+        self.slots.get(if idx >= cap { idx - cap } else { idx })?.as_ref()
+    }
+
     /// The slot the next [`Fifo::push`] fills, if there is room.
     fn next_slot(&self) -> Option<usize> {
         let cap = self.slots.len();
@@ -565,16 +572,19 @@ fn drain_user(qp: &Qp<SiwRs>, inner: &mut Inner, wakes: &mut Wakes) {
 pub(crate) fn sq_doorbell(qp: &Qp<SiwRs>) {
     let Some(u) = &qp.data().user else { return };
     let mut wakes = Wakes::none();
-    let conn = {
+    let (conn, quiet) = {
         let mut inner = qp.data().inner.lock();
         u.sq.ctrl(Ctrl::Kflags).fetch_and(!ffi::SIW_RS_KF_SQ_IDLE, Ordering::AcqRel);
         pull_sq(qp, &mut inner, &mut wakes);
-        if inner.state == QpState::Rts { inner.conn.clone() } else { None }
+        // No completion of the newest WQE is awaited: nothing to lose if
+        // it waits for a worker.
+        let quiet = inner.sq.last().is_some_and(|w| !w.signaled);
+        (if inner.state == QpState::Rts { inner.conn.clone() } else { None }, quiet)
     };
     wakes.run(qp);
     match conn {
-        // A system call: transmit from here.
-        Some(c) => c.push(),
+        // A system call: transmit from here, or hand a stream to a worker.
+        Some(c) => c.doorbell(quiet),
         // Nothing will process the queue until the QP is connected; the
         // next post rings again.
         None => {

@@ -78,6 +78,26 @@ test_31_perftest_lat() {
 	perftest_each 2 ib_write_lat ib_send_lat ib_read_lat
 }
 
+# A process that streams small work requests: after the first doorbell its
+# transmit goes to a worker, it posts without system calls while the worker
+# runs, and the worker sends the small messages it finds queued together
+# (Conn::doorbell and Conn::tx_run in siw_rs/conn.rs). 3000 RDMA Writes of
+# 64 octets must leave the client in fewer than half as many packets; one
+# TCP segment per Write, as each doorbell used to send them, is 3000 or
+# more. (test_54's Sends and Writes, posted back to back into a queue 8
+# deep, check the data of such streams octet by octet.)
+test_32_small_writes_gathered() {
+	uverbs_pair
+	local n=3000 before after
+	before=$(ip netns exec h2 cat /sys/class/net/veth2/statistics/tx_packets)
+	perftest_pair ib_write_bw -s 64 -n $n || return 1
+	after=$(ip netns exec h2 cat /sys/class/net/veth2/statistics/tx_packets)
+	grep -qE "^ 64 +$n " /tmp/client.log || fail_because "ib_write_bw: no result line for 64 B x $n" || return 1
+	echo "    $n Writes of 64 octets, $((after - before)) packets from the client"
+	[ $((after - before)) -lt $((n / 2)) ] ||
+		fail_because "$((after - before)) packets for $n Writes: small messages were not gathered"
+}
+
 test_35_librdmacm_examples() {
 	uverbs_pair
 	echo "    rdma_server / rdma_client (inline send, RDMA CM endpoint API)"
