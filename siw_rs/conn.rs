@@ -615,7 +615,7 @@ impl Conn {
 
     /// Queues the transmit work on `queue`.
     fn kick_on(self: &Arc<Self>, queue: &workqueue::Queue) {
-        // SeqCst, here and in `push`/`tx_work`: a store-then-load on each
+        // SeqCst, here and in `doorbell`/`tx_work`: a store-then-load on each
         // side (Dekker); with weaker orders the finishing worker can read a
         // stale `tx_again` while the kicker reads a stale `tx_busy`, and the
         // new work is never sent.
@@ -775,8 +775,8 @@ impl Conn {
             // The next job when it was taken with the last one's completion.
             let mut taken = None;
             if tx.cur.as_ref().is_some_and(|c| c.planned) {
-                // The batch is sent (the socket copied it), so nothing
-                // refers to the message's payload any more.
+                // The batch is sent or staged (either way copied), so
+                // nothing refers to the message's payload any more.
                 let Tx { transmitter, cur, segs, inline, .. } = &mut *tx;
                 segs.clear();
                 if let Some(next) = cur.as_mut().and_then(|c| c.then.take()) {
