@@ -157,6 +157,9 @@ impl<T> Fifo<T> {
 
     /// The newest entry.
     fn last(&self) -> Option<&T> {
+        if self.len == 0 {
+            return None;
+        }
         let cap = self.slots.len();
         let idx = (self.head + self.len).checked_sub(1)?;
         self.slots.get(if idx >= cap { idx - cap } else { idx })?.as_ref()

@@ -78,14 +78,15 @@ test_31_perftest_lat() {
 	perftest_each 2 ib_write_lat ib_send_lat ib_read_lat
 }
 
-# A process that streams small work requests: after the first doorbell its
-# transmit goes to a worker, it posts without system calls while the worker
+# A process that streams small unsignalled work requests (ib_write_bw
+# signals one in 100): once the doorbell sees the stream, the transmit goes
+# to a worker, the process posts without system calls while the worker
 # runs, and the worker sends the small messages it finds queued together
 # (Conn::doorbell and Conn::tx_run in siw_rs/conn.rs). 3000 RDMA Writes of
 # 64 octets must leave the client in fewer than half as many packets; one
 # TCP segment per Write, as each doorbell used to send them, is 3000 or
-# more. (test_54's Sends and Writes, posted back to back into a queue 8
-# deep, check the data of such streams octet by octet.)
+# more. (test_54 checks octet by octet the data of Sends and Writes posted
+# back to back, mostly unsignalled, into a queue 8 deep.)
 test_32_small_writes_gathered() {
 	uverbs_pair
 	local n=3000 before after
