@@ -615,12 +615,7 @@ impl Conn {
 
     /// Queues the transmit work on `queue`.
     fn kick_on(self: &Arc<Self>, queue: &workqueue::Queue) {
-        // SeqCst, here and in `doorbell`/`tx_work`: a store-then-load on each
-        // side (Dekker); with weaker orders the finishing worker can read a
-        // stale `tx_again` while the kicker reads a stale `tx_busy`, and the
-        // new work is never sent.
-        self.tx_again.store(true, Ordering::SeqCst);
-        if self.tx_busy.swap(true, Ordering::SeqCst) {
+        if !self.claim_tx() {
             return;
         }
         // Winning `tx_busy` means no transmit runs and the item is not
@@ -656,11 +651,21 @@ impl Conn {
             self.kick_on(workqueue::system_unbound());
             return;
         }
-        self.tx_again.store(true, Ordering::SeqCst);
-        if self.tx_busy.swap(true, Ordering::SeqCst) {
-            return;
+        if self.claim_tx() {
+            self.clone().tx_work(false);
         }
-        self.clone().tx_work(false);
+    }
+
+    /// Records that there is work to transmit; true if the caller is to
+    /// run (or queue) the transmit, false if one is running or queued and
+    /// will pick the work up.
+    fn claim_tx(&self) -> bool {
+        // SeqCst, here and in `tx_work`: a store-then-load on each side
+        // (Dekker); with weaker orders the finishing worker can read a
+        // stale `tx_again` while the claimant reads a stale `tx_busy`, and
+        // the new work is never sent.
+        self.tx_again.store(true, Ordering::SeqCst);
+        !self.tx_busy.swap(true, Ordering::SeqCst)
     }
 
     /// Runs the transmitter until no work is left; `gathering`: small

@@ -142,37 +142,32 @@ impl<T> Fifo<T> {
     }
 
     pub(crate) fn push(&mut self, v: T) -> Result {
-        let cap = self.slots.len();
-        if self.len >= cap {
-            return Err(ENOMEM);
-        }
-        let mut idx = self.head + self.len;
-        if idx >= cap {
-            idx -= cap;
-        }
+        let idx = self.next_slot().ok_or(ENOMEM)?;
         *self.slots.get_mut(idx).ok_or(ENOMEM)? = Some(v);
         self.len += 1;
         Ok(())
     }
 
+    /// The slot of the entry `k` places after the oldest (`k` less than
+    /// the capacity).
+    fn slot(&self, k: usize) -> usize {
+        let idx = self.head + k;
+        if idx >= self.slots.len() {
+            idx - self.slots.len()
+        } else {
+            idx
+        }
+    }
+
     /// The newest entry.
     fn last(&self) -> Option<&T> {
-        if self.len == 0 {
-            return None;
-        }
-        let cap = self.slots.len();
-        let idx = (self.head + self.len).checked_sub(1)?;
-        self.slots.get(if idx >= cap { idx - cap } else { idx })?.as_ref()
+        let k = self.len.checked_sub(1)?;
+        self.slots.get(self.slot(k))?.as_ref()
     }
 
     /// The slot the next [`Fifo::push`] fills, if there is room.
     fn next_slot(&self) -> Option<usize> {
-        let cap = self.slots.len();
-        if self.len >= cap {
-            return None;
-        }
-        let idx = self.head + self.len;
-        Some(if idx >= cap { idx - cap } else { idx })
+        (self.len < self.slots.len()).then(|| self.slot(self.len))
     }
 
     pub(crate) fn pop(&mut self) -> Option<T> {
