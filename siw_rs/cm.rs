@@ -110,7 +110,7 @@ pub(crate) fn connect(dev: &Device<SiwRs>, id: CmId, qp: &Qp<SiwRs>, p: &ConnPar
     let qpp = crate::conn::QpPtr::new(qp);
     // The QP stays alive: the CM holds a reference (`iw_add_ref`) until
     // the CONNECT_REPLY is delivered.
-    workqueue::system_long().try_spawn(GFP_KERNEL, move || {
+    crate::wq::cm().try_spawn(GFP_KERNEL, move || {
         let qp = qpp.qp();
         let local = id.local_addr();
         let remote = id.remote_addr();
@@ -217,7 +217,7 @@ impl SockHandler for Listener {
         }
         // A connection is ready to accept: do it in process context.
         let me: Arc<Listener> = this.into();
-        let _ = workqueue::system_long().enqueue(me);
+        let _ = crate::wq::cm().enqueue(me);
     }
 
     fn write_space(_this: ArcBorrow<'_, Self>) {}
@@ -249,7 +249,7 @@ impl Listener {
                         continue;
                     }
                     let me = self.clone();
-                    if workqueue::system_long()
+                    if crate::wq::cm()
                         .try_spawn(GFP_KERNEL, move || {
                             me.passive(s);
                             me.pending.fetch_sub(1, Ordering::AcqRel);
@@ -396,7 +396,7 @@ impl Listener {
         let a = self.sock.attach(self.clone());
         *self.attached.lock() = Some(a);
         // Connections may have queued before the callback was installed.
-        let _ = workqueue::system_long().enqueue(self.clone());
+        let _ = crate::wq::cm().enqueue(self.clone());
     }
 
     /// Stops accepting and closes the socket's callbacks.

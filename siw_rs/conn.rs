@@ -65,8 +65,9 @@ type TxBatch = Batch<BATCH_PIECES, BATCH_SCRATCH>;
 ///
 /// The QP outlives the connection's use of it: `destroy_qp` closes the
 /// connection and waits until it has unlinked itself from the QP (the last
-/// thing its teardown does), and no callback or work item of the connection
-/// runs after that.
+/// thing its teardown does). Before that, the teardown detached the socket
+/// callbacks and took the transmitter for good (`tx_busy`), so no callback
+/// or work item of the connection uses the QP after it.
 #[derive(Clone, Copy)]
 pub(crate) struct QpPtr(NonNull<Qp<SiwRs>>);
 
@@ -610,7 +611,7 @@ impl Conn {
 
     /// Queues the transmit work.
     pub(crate) fn kick(self: &Arc<Self>) {
-        self.kick_on(workqueue::system());
+        self.kick_on(crate::wq::tx());
     }
 
     /// Queues the transmit work on `queue`.
@@ -648,7 +649,7 @@ impl Conn {
     /// a wake-up per message.)
     pub(crate) fn doorbell(self: &Arc<Self>, quiet: bool) {
         if quiet && self.pace.streaming() {
-            self.kick_on(workqueue::system_unbound());
+            self.kick_on(crate::wq::tx_unbound());
             return;
         }
         if self.claim_tx() {
@@ -1265,7 +1266,7 @@ impl Conn {
         // until `teardown` unlinks it; find that reference.
         let Some(me) = qp::conn_of(self.qp()) else { return };
         // `closing` makes this the only time the item is queued.
-        if workqueue::system_long().enqueue::<_, TEARDOWN>(me).is_err() {
+        if crate::wq::cm().enqueue::<_, TEARDOWN>(me).is_err() {
             pr_err!("qp {}: connection teardown queued twice\n", self.qp().qp_num());
         }
     }
@@ -1281,8 +1282,15 @@ impl Conn {
         if let Some(a) = self.attached.lock().take() {
             self.sock.detach(a);
         }
-        // Wait for a running transmit work item to notice `closing`.
-        drop(self.tx.lock());
+        // Hold the transmitter off for good: once this wins `tx_busy`, no
+        // transmit runs or is queued (a queued one runs, finds `closing` and
+        // clears it), and none can start, since `claim_tx` fails from then
+        // on. So no transmit of this connection touches the QP after
+        // `conn_closed` below lets its destroy go on. Sleeping lets a queued
+        // item run on another worker of this CPU.
+        while self.tx_busy.swap(true, Ordering::SeqCst) {
+            crate::wq::sleep_us(100);
+        }
         let term = self.term.lock().take();
         if let Some(t) = term {
             let mut buf = [0u8; 128];

@@ -4,6 +4,7 @@
  */
 #include <crypto/hash.h>
 #include <linux/cpumask.h>
+#include <linux/delay.h>
 #include <linux/etherdevice.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
@@ -374,6 +375,45 @@ struct siw_rs_umem {
 	u64 *pages;		/* kernel virtual address of each page */
 	size_t npages;
 };
+
+/* Every work item of a connection, listener or handshake runs on one of
+ * these module-owned queues, which module exit destroys (draining them) once
+ * every device is gone: no work item runs module code after the unload. The
+ * transmit queues may be needed to make progress under memory pressure (an
+ * NVMe-oF or NFS/RDMA consumer writing back), hence WQ_MEM_RECLAIM. */
+static struct workqueue_struct *siw_rs_wqs[3];
+
+int siw_rs_h_wq_init(void)
+{
+	siw_rs_wqs[0] = alloc_workqueue("siw_rs_cm", 0, 0);
+	siw_rs_wqs[1] = alloc_workqueue("siw_rs_tx", WQ_MEM_RECLAIM, 0);
+	siw_rs_wqs[2] = alloc_workqueue("siw_rs_tx_unbound", WQ_UNBOUND | WQ_MEM_RECLAIM, 0);
+	if (siw_rs_wqs[0] && siw_rs_wqs[1] && siw_rs_wqs[2])
+		return 0;
+	siw_rs_h_wq_exit();
+	return -ENOMEM;
+}
+
+struct workqueue_struct *siw_rs_h_wq(unsigned int which)
+{
+	return siw_rs_wqs[which < ARRAY_SIZE(siw_rs_wqs) ? which : 0];
+}
+
+void siw_rs_h_wq_exit(void)
+{
+	unsigned int i;
+
+	for (i = 0; i < ARRAY_SIZE(siw_rs_wqs); i++) {
+		if (siw_rs_wqs[i])
+			destroy_workqueue(siw_rs_wqs[i]);
+		siw_rs_wqs[i] = NULL;
+	}
+}
+
+void siw_rs_h_sleep_us(unsigned int us)
+{
+	usleep_range(us, 2 * us);
+}
 
 static struct workqueue_struct *siw_rs_umem_wq;
 

@@ -85,6 +85,14 @@ struct siw_rs_umem *siw_rs_h_umem_get(struct ib_device *dev, u64 start, u64 len,
 const u64 *siw_rs_h_umem_pages(struct siw_rs_umem *u, size_t *n);
 void siw_rs_h_umem_put(struct siw_rs_umem *u);
 
+/* The module's workqueues (wq.rs): index 0 the connection manager's, 1 the
+ * per-CPU transmit queue, 2 the unbound transmit queue. */
+struct workqueue_struct;
+int siw_rs_h_wq_init(void);
+struct workqueue_struct *siw_rs_h_wq(unsigned int which);
+void siw_rs_h_wq_exit(void);
+void siw_rs_h_sleep_us(unsigned int us);
+
 /* The one lock of the device registry in registry.rs. */
 void siw_rs_h_registry_lock(void);
 void siw_rs_h_registry_unlock(void);
