@@ -418,6 +418,9 @@ pub(crate) struct Conn {
     term: crate::sync::IrqSpinLock<Option<TerminateRepr>>,
     tx_busy: AtomicBool,
     tx_again: AtomicBool,
+    /// The last transmit run stopped at a send refused for want of memory
+    /// (see [`Conn::tx_work`]).
+    starved: AtomicBool,
     /// What the doorbell knows of the last transmit runs.
     pace: Pace,
     closing: AtomicBool,
@@ -549,6 +552,7 @@ impl Conn {
                 term <- crate::sync::new_irq_spinlock!(None),
                 tx_busy: AtomicBool::new(false),
                 tx_again: AtomicBool::new(false),
+                starved: AtomicBool::new(false),
                 pace: Pace::new(),
                 closing: AtomicBool::new(false),
                 graceful: AtomicBool::new(false),
@@ -669,19 +673,43 @@ impl Conn {
         !self.tx_busy.swap(true, Ordering::SeqCst)
     }
 
-    /// Runs the transmitter until no work is left; `gathering`: small
-    /// messages are sent together once no more work is queued, rather than
-    /// each as it is ready (see [`Conn::tx_run`]).
-    fn tx_work(self: Arc<Self>, gathering: bool) {
+    /// Runs the transmitter until no work is left; `worker`: this is the
+    /// work item's run, which gathers small messages until no more work is
+    /// queued (see [`Conn::tx_run`]) and may sleep, rather than a
+    /// doorbell's on the calling thread.
+    ///
+    /// A send the stack refused for want of memory, with room in the
+    /// socket's buffer, is not retried at once: TCP calls write-space
+    /// straight away when nothing is in flight, and retrying on that
+    /// would spin (on the calling thread, inside the process's system
+    /// call) for as long as memory is short. The retry is left to a
+    /// worker, which pauses first, 1 ms doubling up to 64 ms while the
+    /// refusals go on (blocking TCP senders wait in the same way).
+    fn tx_work(self: Arc<Self>, worker: bool) {
         let start = now_ns();
         let mut stats = RunStats::default();
+        let mut pause = 0u32;
         loop {
             self.tx_again.store(false, Ordering::Release);
-            if let Err(e) = self.tx_run(gathering, &mut stats) {
+            if let Err(e) = self.tx_run(worker, &mut stats) {
                 pr_debug!("qp {}: transmit failed: {:?}\n", self.qp().qp_num(), e);
                 self.close(None);
             }
             self.pace.ran(start, now_ns(), &stats);
+            if self.starved.swap(false, Ordering::Relaxed) && !self.closing.load(Ordering::Acquire) {
+                if !worker {
+                    // This holds `tx_busy`, so the item is not queued (see
+                    // `kick_on`) and the enqueue succeeds; the worker holds
+                    // `tx_busy` from here.
+                    let _ = crate::wq::tx().enqueue::<_, TRANSMIT>(self);
+                    return;
+                }
+                pause = pause.saturating_mul(2).clamp(1000, 64_000);
+                pr_debug!("qp {}: send refused for memory; retry in {} us\n", self.qp().qp_num(), pause);
+                crate::wq::sleep_us(pause);
+                continue;
+            }
+            pause = 0;
             self.tx_busy.store(false, Ordering::SeqCst);
             if !self.tx_again.load(Ordering::SeqCst) || self.tx_busy.swap(true, Ordering::SeqCst) {
                 break;
@@ -690,7 +718,8 @@ impl Conn {
     }
 
     /// Hands `parts` to the socket; `Ok(None)` when it is full (a
-    /// write-space callback will re-queue us).
+    /// write-space callback will re-queue us) or refused them for want of
+    /// memory (`starved`: `tx_work` retries).
     fn send_some(&self, parts: &[&[u8]]) -> Result<Option<usize>> {
         let mut retried = false;
         loop {
@@ -699,10 +728,15 @@ impl Conn {
                 return Ok(Some(sent));
             }
             self.sock.want_write_space();
+            if !self.sock.writeable() {
+                return Ok(None);
+            }
             // Room may have freed up between the send and the flag: try
-            // once more then. Not in a loop: a send refused for memory
-            // pressure, with room in the buffer, would spin.
-            if retried || !self.sock.writeable() {
+            // once more then. A second refusal with room in the buffer is
+            // the stack's want of memory: `tx_work` retries after a pause
+            // (the write-space call TCP makes for it is no sign of memory).
+            if retried {
+                self.starved.store(true, Ordering::Relaxed);
                 return Ok(None);
             }
             retried = true;

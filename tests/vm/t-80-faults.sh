@@ -644,3 +644,39 @@ test_85_enomem_injection() {
 	no_qps rs1 && no_qps rs2 || return 1
 	verified_rping 10 1024
 }
+
+# Sends the stack refuses for want of memory. Every allocation the rping
+# client makes from skbuff_fclone_cache (TCP's transmit buffers) inside
+# its RDMA system calls fails (the hook arms it around them; up to 1000):
+# each doorbell's send from the calling thread is refused. TCP then calls
+# write-space at once (nothing in flight); a transmitter that just retries
+# spins in the process's system call for as long as memory is short
+# (siw_rs before this test: all 1000 failures in the first doorbell). The
+# calling thread must give up after its retry and leave the send to a
+# worker (whose allocations succeed here): about two failures a doorbell,
+# and the pings arrive, verified.
+test_86_send_refused_for_memory() {
+	uverbs_pair
+	local c=/sys/kernel/slab/skbuff_fclone_cache
+	# A cache merged with others takes no per-cache flag (EINVAL).
+	echo 1 > "$c/failslab" || fail_because "cannot flag $c for failslab (merged?)" || return 1
+	EH=$(mktemp -d)
+	mount -t tmpfs tmpfs "$EH"
+	printf '%s' "$ENOMEM_HOOK_C" | gcc -O2 -shared -fPIC -o "$EH/hook.so" -x c - -ldl
+	fault_set failslab probability=100 task-filter=Y cache-filter=Y verbose=0 ignore-gfp-wait=N \
+		interval=1 space=0 times=1000
+	local rc=0 fired
+	server_client h1 h2 60 -- "$WP" rping -s -a 10.55.0.1 -C 2 -S 1024 -V \
+		-- env "LD_PRELOAD=$EH/hook.so:libgcc_s.so.1" "$WP" rping -c -a 10.55.0.1 -C 2 -S 1024 -V -v || rc=1
+	fired=$((1000 - $(fault_get failslab times)))
+	fault_set failslab probability=0 times=0 cache-filter=N
+	echo 0 > "$c/failslab"
+	umount "$EH"
+	rmdir "$EH"
+	echo "    $fired of the client's socket buffer allocations failed"
+	[ "$rc" = 0 ] || fail_because "rping did not complete with its sends refused for memory" || return 1
+	[ "$fired" -ge 2 ] || fail_because "only $fired allocations failed: the refusal was not tested" || return 1
+	[ "$fired" -le 100 ] || fail_because "$fired refused sends: the calling thread kept retrying" || return 1
+	[ "$(grep -c 'ping data' /tmp/client.log || true)" = 2 ] || fail_because "the client did not print 2 pings" || return 1
+	no_qps rs1 && no_qps rs2
+}
