@@ -43,13 +43,16 @@ test_21_rping_ipv6() {
 # perftest_pair TOOL ARGS...: the tool as server on rs1, client on rs2.
 # perftest calibrates its cycle counter before reporting and gives up
 # ("Can't produce a report") when the samples scatter, which a VM under
-# TCG on a busy host can cause after a transfer that went fine; only that
-# failure is retried, twice at most.
+# TCG on a busy host can cause after a transfer that went fine (test_32
+# in a clean-clone run of 1bae805: three times in a row). The tests check
+# that the transfer completes and reports its size and count, not the
+# rates, so -F makes perftest report anyway (the rates then are
+# meaningless). That failure is still retried, twice at most.
 perftest_pair() {
 	local tool=$1 try
 	shift
 	for try in 1 2 3; do
-		server_client h1 h2 300 -- "$WP" "$tool" -R -d rs1 "$@" -- "$WP" "$tool" -R -d rs2 "$@" 10.55.0.1 && return 0
+		server_client h1 h2 300 -- "$WP" "$tool" -F -R -d rs1 "$@" -- "$WP" "$tool" -F -R -d rs2 "$@" 10.55.0.1 && return 0
 		grep -q "Can't produce a report" /tmp/client.log /tmp/server.log || return 1
 		echo "    (perftest could not calibrate its clock; run $try repeated)"
 	done
@@ -121,15 +124,16 @@ test_40_mixed_with_upstream_siw() {
 	echo "    rping: siw_rs client -> upstream siw server"
 	server_client h1 h2 120 -- "$WP" rping -s -a 10.55.0.1 -C 20 -S 2048 -V \
 		-- "$WP" rping -c -a 10.55.0.1 -C 20 -S 2048 -V || return 1
+	# -F: report even when the clock calibration fails (see perftest_pair).
 	echo "    ib_write_bw: siw server, siw_rs client"
-	server_client h1 h2 300 -- "$WP" ib_write_bw -R -d siw1 -s 4096 -n 20 \
-		-- "$WP" ib_write_bw -R -d rs2 -s 4096 -n 20 10.55.0.1 || return 1
+	server_client h1 h2 300 -- "$WP" ib_write_bw -F -R -d siw1 -s 4096 -n 20 \
+		-- "$WP" ib_write_bw -F -R -d rs2 -s 4096 -n 20 10.55.0.1 || return 1
 	echo "    rping: upstream siw client -> siw_rs server"
 	server_client h2 h1 120 -- "$WP" rping -s -a 10.55.0.2 -C 20 -S 2048 -V \
 		-- "$WP" rping -c -a 10.55.0.2 -C 20 -S 2048 -V || return 1
 	echo "    ib_write_bw: siw_rs server, siw client"
-	server_client h2 h1 300 -- "$WP" ib_write_bw -R -d rs2 -s 4096 -n 20 \
-		-- "$WP" ib_write_bw -R -d siw1 -s 4096 -n 20 10.55.0.2 || return 1
+	server_client h2 h1 300 -- "$WP" ib_write_bw -F -R -d rs2 -s 4096 -n 20 \
+		-- "$WP" ib_write_bw -F -R -d siw1 -s 4096 -n 20 10.55.0.2 || return 1
 }
 
 # RDMA objects of the restrack (QPs, CQs, MRs, PDs) on our devices.
