@@ -148,8 +148,8 @@ impl<T> Fifo<T> {
         Ok(())
     }
 
-    /// The slot of the entry `k` places after the oldest (`k` less than
-    /// the capacity).
+    /// The slot of the entry `k` places after the oldest (`k` at most the
+    /// capacity: one subtraction wraps it).
     fn slot(&self, k: usize) -> usize {
         let idx = self.head + k;
         if idx >= self.slots.len() {
@@ -175,7 +175,7 @@ impl<T> Fifo<T> {
             return None;
         }
         let v = self.slots.get_mut(self.head).and_then(|s| s.take());
-        self.head = if self.head + 1 >= self.slots.len() { 0 } else { self.head + 1 };
+        self.head = self.slot(1);
         self.len -= 1;
         v
     }
@@ -1097,9 +1097,7 @@ pub(crate) fn await_response(qp: &Qp<SiwRs>, w: SendWqe) -> core::result::Result
 
 /// Index in `pending` of the oldest request still awaiting its response.
 fn oldest_outstanding(inner: &Inner) -> Option<usize> {
-    let cap = inner.pending.slots.len();
-    // No `%`: a zero capacity would be a panic path.
-    (0..inner.pending.len).filter_map(|k| inner.pending.head.wrapping_add(k).checked_rem(cap)).find(|&i| {
+    (0..inner.pending.len).map(|k| inner.pending.slot(k)).find(|&i| {
         matches!(inner.pending.slots.get(i), Some(Some((_, false))))
     })
 }
