@@ -433,6 +433,21 @@ __attribute__((destructor)) static void unfail(void)
 }
 '
 
+# enomem_hook_up: builds the hook into a tmpfs of its own (EH; off the
+# VM's 9p root, which a failed allocation could break) and sets HOOK to
+# the command prefix that preloads it. enomem_hook_down removes it.
+enomem_hook_up() {
+	EH=$(mktemp -d)
+	mount -t tmpfs tmpfs "$EH"
+	printf '%s' "$ENOMEM_HOOK_C" | gcc -O2 -shared -fPIC -o "$EH/hook.so" -x c - -ldl
+	HOOK=(env LC_ALL=C "LD_PRELOAD=$EH/hook.so:libgcc_s.so.1")
+}
+
+enomem_hook_down() {
+	umount "$EH"
+	rmdir "$EH"
+}
+
 # enomem_dump: the kernel and user stacks of every rping but the
 # persistent server (a run that hangs is a finding to diagnose).
 enomem_dump() {
@@ -469,10 +484,9 @@ enomem_run() {
 	local fs0 fp0 crc=0 src=0 n cp fsp= i t0 tk
 	fs0=$(fault_get failslab times)
 	fp0=$(fault_get fail_page_alloc times)
-	local hook=(env LC_ALL=C "LD_PRELOAD=$EH/hook.so:libgcc_s.so.1")
 	: > "$EH/server.log"
 	if [ "$1" = server ]; then
-		ip netns exec h1 timeout -k 5 300 "${hook[@]}" "$WP" rping -s -a 10.55.0.1 -p 7175 \
+		ip netns exec h1 timeout -k 5 300 "${HOOK[@]}" "$WP" rping -s -a 10.55.0.1 -p 7175 \
 			-C 2 -S 1024 -V -v -d > "$EH/server.log" 2>&1 &
 		fsp=$!
 		wait_listen h1 7175 "$fsp"
@@ -480,7 +494,7 @@ enomem_run() {
 			-C 2 -S 1024 -V -v > "$EH/client.log" 2>&1 &
 		cp=$!
 	else
-		ip netns exec h2 timeout -k 5 300 "${hook[@]}" "$WP" rping -c -a 10.55.0.1 \
+		ip netns exec h2 timeout -k 5 300 "${HOOK[@]}" "$WP" rping -c -a 10.55.0.1 \
 			-C 2 -S 1024 -V -v -d > "$EH/client.log" 2>&1 &
 		cp=$!
 	fi
@@ -538,9 +552,7 @@ enomem_run() {
 
 test_85_enomem_injection() {
 	uverbs_pair
-	EH=$(mktemp -d)
-	mount -t tmpfs tmpfs "$EH"
-	printf '%s' "$ENOMEM_HOOK_C" | gcc -O2 -shared -fPIC -o "$EH/hook.so" -x c - -ldl
+	enomem_hook_up
 	fault_set failslab probability=0 task-filter=Y verbose=0 ignore-gfp-wait=N interval=1 times=0 space=0
 	fault_set fail_page_alloc probability=0 task-filter=Y verbose=0 ignore-gfp-wait=N \
 		ignore-gfp-highmem=N min-order=0 interval=1 times=0 space=0
@@ -634,8 +646,7 @@ test_85_enomem_injection() {
 		"$hung hung without one, $unkillable could not be killed, $unexplained failed without an injected failure;" \
 		"persistent server restarted $restarts times"
 	[ "$unkillable" = 0 ] || fail_because "an rping is stuck in the kernel" || return 1
-	umount "$EH"
-	rmdir "$EH"
+	enomem_hook_down
 	[ "$hung" = 0 ] || fail_because "$hung runs hung without an injected failure" || return 1
 	[ "$unexplained" = 0 ] || fail_because "$unexplained runs failed without an injected failure" || return 1
 	[ $((failed + killed)) -ge 2 ] || fail_because "only $((failed + killed)) runs failed by injection: the test tested little" || return 1
@@ -660,19 +671,16 @@ test_86_send_refused_for_memory() {
 	local c=/sys/kernel/slab/skbuff_fclone_cache
 	# A cache merged with others takes no per-cache flag (EINVAL).
 	echo 1 > "$c/failslab" || fail_because "cannot flag $c for failslab (merged?)" || return 1
-	EH=$(mktemp -d)
-	mount -t tmpfs tmpfs "$EH"
-	printf '%s' "$ENOMEM_HOOK_C" | gcc -O2 -shared -fPIC -o "$EH/hook.so" -x c - -ldl
+	enomem_hook_up
 	fault_set failslab probability=100 task-filter=Y cache-filter=Y verbose=0 ignore-gfp-wait=N \
 		interval=1 space=0 times=1000
 	local rc=0 fired
 	server_client h1 h2 60 -- "$WP" rping -s -a 10.55.0.1 -C 2 -S 1024 -V \
-		-- env "LD_PRELOAD=$EH/hook.so:libgcc_s.so.1" "$WP" rping -c -a 10.55.0.1 -C 2 -S 1024 -V -v || rc=1
+		-- "${HOOK[@]}" "$WP" rping -c -a 10.55.0.1 -C 2 -S 1024 -V -v || rc=1
 	fired=$((1000 - $(fault_get failslab times)))
 	fault_set failslab probability=0 times=0 cache-filter=N
 	echo 0 > "$c/failslab"
-	umount "$EH"
-	rmdir "$EH"
+	enomem_hook_down
 	echo "    $fired of the client's socket buffer allocations failed"
 	[ "$rc" = 0 ] || fail_because "rping did not complete with its sends refused for memory" || return 1
 	[ "$fired" -ge 2 ] || fail_because "only $fired allocations failed: the refusal was not tested" || return 1
