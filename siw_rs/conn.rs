@@ -335,6 +335,17 @@ fn collect_parts<'a>(batch: &'a TxBatch, segs: &'a Segs, parts: &mut [&'a [u8]])
     Ok(n)
 }
 
+/// What [`Conn::send_small`] did with a job.
+enum Small {
+    /// Staged (and sent, unless gathering) and completed; the next job,
+    /// taken with its completion.
+    Sent(Option<Job>),
+    /// Not a small Send or Write, or no room for it: the general path's.
+    Not(Job),
+    /// The stage could not be sent; the job in hand is returned.
+    Failed(Error, Option<Job>),
+}
+
 /// What one transmit run did.
 #[derive(Default)]
 struct RunStats {
@@ -828,10 +839,39 @@ impl Conn {
                 }
             }
             if tx.cur.is_none() {
-                let job = match taken {
+                let mut job = match taken {
                     Some(job) => job,
                     None => qp::next_job(qp, &mut tx.inline),
                 };
+                // Small Sends and Writes, one after the other, go to the
+                // stage without being planned.
+                while let Some(j) = job.take() {
+                    if self.closing.load(Ordering::Acquire) {
+                        job = Some(j);
+                        break;
+                    }
+                    match self.send_small(&mut tx, j, gathering) {
+                        Small::Sent(next) => {
+                            stats.msgs = stats.msgs.saturating_add(1);
+                            job = next;
+                        }
+                        Small::Not(j) => {
+                            job = Some(j);
+                            break;
+                        }
+                        Small::Failed(e, next) => {
+                            // The job taken with the last completion is
+                            // parked as the message in flight: the teardown
+                            // flushes it in order.
+                            if let Some(j) = next {
+                                if let Err(Some((w, status))) = self.begin(&mut tx, j) {
+                                    qp::complete_send(qp, w, status);
+                                }
+                            }
+                            return Err(e);
+                        }
+                    }
+                }
                 let Some(job) = job else {
                     if !self.flush_stage(&mut tx)? {
                         return Ok(());
@@ -871,6 +911,72 @@ impl Conn {
             } else if r.fpdus == 0 {
                 return Err(EINVAL);
             }
+        }
+    }
+
+    /// Sends a small Send or RDMA Write (up to [`crate::uwqe::MAX_INLINE`]
+    /// octets, inline or not) without planning it: its payload is copied
+    /// (the SGEs' into the inline buffer), the whole message is framed
+    /// straight into the stage (one FPDU, at most [`SMALL_SEND`] octets),
+    /// and the WQE completes there, as one that went through
+    /// [`Conn::flush_batch`] does. Skips what the general
+    /// path costs per message (the message cursor, its payload ranges,
+    /// the batch and gathering it into the stage), which is most of a
+    /// small message's latency in the driver. Other jobs, and a stage
+    /// too full for the message, take the general path (`Small::Not`).
+    fn send_small(&self, tx: &mut Tx, job: Job, gathering: bool) -> Small {
+        let Job::Wqe(w) = job else { return Small::Not(job) };
+        let msg = match w.op {
+            _ if w.len > crate::uwqe::MAX_INLINE => None,
+            WqeOp::Send => Some(Message::send(w.len, w.solicited, None)),
+            WqeOp::SendInv(stag) => Some(Message::send(w.len, w.solicited, Some(stag))),
+            WqeOp::Write { remote_addr, rkey } => Some(Message::RdmaWrite { len: w.len, stag: rkey, to: remote_addr }),
+            _ => None,
+        };
+        let Some(msg) = msg else { return Small::Not(Job::Wqe(w)) };
+        if tx.staged.saturating_add(SMALL_SEND) > STAGE {
+            match self.flush_stage(tx) {
+                Ok(true) => {}
+                Ok(false) => return Small::Not(Job::Wqe(w)),
+                Err(e) => return Small::Failed(e, Some(Job::Wqe(w))),
+            }
+        }
+        let Tx { transmitter, stage, staged, crc, inline, .. } = &mut *tx;
+        let len = w.len as usize;
+        if !w.inline {
+            // The SGEs' octets, copied into the inline buffer (free: it
+            // holds a WQE's inline data only while that WQE is in flight).
+            // Any access error takes the general path, which reports it.
+            let qp = self.qp();
+            let mut off = 0usize;
+            for s in w.sges.iter().take(usize::from(w.nsge)).filter(|s| s.length > 0) {
+                let end = off.saturating_add(s.length as usize);
+                let copied = inline.get_mut(off..end).is_some_and(|dst| {
+                    mem::lookup(qp::stags(qp), s.lkey)
+                        .is_some_and(|m| m.copy_out(s.lkey, qp.pd().id(), s.addr, 0, dst).is_ok())
+                });
+                if !copied {
+                    return Small::Not(Job::Wqe(w));
+                }
+                off = end;
+            }
+        }
+        let payload = inline.get(..len).unwrap_or(&[]);
+        let out = stage.get_mut(*staged..).unwrap_or(&mut []);
+        // An error (the extension is off, the MULPDU too small, ...) left
+        // nothing behind; the general path reports it.
+        let Ok(n) = transmitter.emit_message(&msg, payload, crc, out) else {
+            return Small::Not(Job::Wqe(w));
+        };
+        *staged += n;
+        // On a doorbell the message goes to the socket before the WQE
+        // completes, as on the general path: the completion is not on the
+        // way to the peer.
+        let sent = if gathering { Ok(true) } else { self.flush_stage(tx) };
+        let next = qp::sent_then_next(self.qp(), w, &mut tx.inline);
+        match sent {
+            Ok(_) => Small::Sent(next),
+            Err(e) => Small::Failed(e, next),
         }
     }
 

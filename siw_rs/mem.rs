@@ -15,6 +15,7 @@
 //! marked invalid first so no new access starts.
 
 use crate::{
+    kmem,
     limits::{MAX_FAST_REG_PAGES, MAX_MR},
     sync::{new_irq_spinlock, IrqSpinLock},
     uverbs::Umem,
@@ -120,7 +121,11 @@ impl Mem {
     /// Checks an access of `len` bytes at `addr` with `rights` through
     /// `stag` from protection domain `pd`.
     pub(crate) fn check(&self, stag: u32, pd: usize, addr: u64, len: u64, rights: u32) -> Result<(), AccessError> {
-        let s = self.state.lock();
+        self.check_locked(&self.state.lock(), stag, pd, addr, len, rights)
+    }
+
+    /// [`Mem::check`] under the region's lock.
+    fn check_locked(&self, s: &State, stag: u32, pd: usize, addr: u64, len: u64, rights: u32) -> Result<(), AccessError> {
         if stag & 0xff != u32::from(s.key) {
             return Err(AccessError::InvalidStag);
         }
@@ -161,8 +166,34 @@ impl Mem {
     /// Calls `f` with the kernel virtual address ranges that hold `len`
     /// bytes at `addr` (already checked with [`Mem::check`]), in order.
     /// Fails with `Bounds` if a range cannot be resolved.
-    pub(crate) fn translate(&self, addr: u64, len: u64, mut f: impl FnMut(u64, usize)) -> Result<(), AccessError> {
+    pub(crate) fn translate(&self, addr: u64, len: u64, f: impl FnMut(u64, usize)) -> Result<(), AccessError> {
+        Self::translate_locked(&self.state.lock(), addr, len, f)
+    }
+
+    /// Checks an access as [`Mem::check`] does and copies the `dst.len()`
+    /// bytes at `addr` into `dst`, in one hold of the region's lock (a
+    /// small send's payload, copied as it is sent).
+    pub(crate) fn copy_out(&self, stag: u32, pd: usize, addr: u64, rights: u32, dst: &mut [u8]) -> Result<(), AccessError> {
         let s = self.state.lock();
+        let len = dst.len() as u64;
+        self.check_locked(&s, stag, pd, addr, len, rights)?;
+        let mut off = 0usize;
+        Self::translate_locked(&s, addr, len, |kva, n| {
+            if let Some(d) = dst.get_mut(off..off.saturating_add(n)) {
+                // SAFETY: `kva..kva + n` lies in the region, checked above
+                // under the lock that keeps its page list in place: pinned
+                // pages of a process's region, pages a kernel consumer
+                // mapped, or (a DMA region) the consumer's own kernel
+                // address, valid until its request completes (the verbs
+                // contract).
+                d.copy_from_slice(unsafe { kmem::slice(kva, n) });
+            }
+            off = off.saturating_add(n);
+        })
+    }
+
+    /// [`Mem::translate`] under the region's lock.
+    fn translate_locked(s: &State, addr: u64, len: u64, mut f: impl FnMut(u64, usize)) -> Result<(), AccessError> {
         match s.kind.paged() {
             None => {
                 let n = usize::try_from(len).map_err(|_| AccessError::Bounds)?;

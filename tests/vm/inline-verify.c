@@ -5,6 +5,7 @@
  *
  *   inline-verify server ADDR PORT
  *   inline-verify client ADDR PORT
+ *   inline-verify client-sge ADDR PORT
  *
  * Inline data is copied when the work request is posted: the client gathers
  * each message from up to three unregistered buffers (lkey 0) and overwrites
@@ -19,6 +20,13 @@
  *   - a 257-octet inline post fails with EINVAL and the QP carries on: the
  *     Send after it arrives intact.
  * The client checks each signalled completion's wr_id and status.
+ *
+ * client-sge posts the same messages without IBV_SEND_INLINE, from up to
+ * three SGEs of a registered region (one set of buffers per send queue slot,
+ * reused only once the slot's request is known complete), and skips the
+ * refused post (257 octets are a valid non-inline Send): the server checks
+ * the same things. siw_rs copies such small payloads when it sends them, so
+ * this covers that path.
  * Exit status 0 only if everything held.
  */
 #include <arpa/inet.h>
@@ -43,6 +51,12 @@
 #define SIGNAL_EVERY 4
 /* Receives: the Sends, "done", and the Send after the refused post. */
 #define N_RECV (N_SEND + 2)
+
+/* client-sge: the registered buffers, SQ_DEPTH slots of three. */
+static int registered;
+static uint8_t *sge_buf;
+static struct ibv_mr *sge_mr;
+#define SGE_BUF_LEN (MAX_INLINE + 1)
 
 struct keys {
 	uint64_t addr;
@@ -131,7 +145,7 @@ static int run_server(struct rdma_addrinfo *res)
 			if (p[k] != 0xa5)
 				return bad("send %d: octet %d written past its %d", i, k, send_len(i));
 	}
-	printf("inline-verify: server: %d inline Sends of 0-%d octets verified\n", N_SEND, MAX_INLINE);
+	printf("inline-verify: server: %d Sends of 0-%d octets verified\n", N_SEND, MAX_INLINE);
 
 	/* "done": the Writes before it are placed. */
 	if (wait_wc(id->recv_cq, &wc) || wc.status != IBV_WC_SUCCESS || wc.opcode != IBV_WC_RECV ||
@@ -147,7 +161,7 @@ static int run_server(struct rdma_addrinfo *res)
 			if (p[k])
 				return bad("write %d: octet %d written past its %d", i, k, write_len(i));
 	}
-	printf("inline-verify: server: %d inline RDMA Writes of 1-%d octets verified\n", N_WRITE, MAX_INLINE);
+	printf("inline-verify: server: %d RDMA Writes of 1-%d octets verified\n", N_WRITE, MAX_INLINE);
 
 	/* The Send after the client's refused post. */
 	if (wait_wc(id->recv_cq, &wc) || wc.status != IBV_WC_SUCCESS || wc.byte_len != MAX_INLINE)
@@ -155,7 +169,7 @@ static int run_server(struct rdma_addrinfo *res)
 	for (int k = 0; k < MAX_INLINE; k++)
 		if (rbuf[(size_t)(N_SEND + 1) * SLOT + k] != pattern(2000, k))
 			return bad("the Send after the refused post differs at octet %d", k);
-	printf("inline-verify: server: the Send after the refused 257-octet post verified\n");
+	printf("inline-verify: server: the last %d-octet Send verified\n", MAX_INLINE);
 	rdma_disconnect(id);
 	ibv_dereg_mr(rmr);
 	ibv_dereg_mr(tmr);
@@ -200,16 +214,24 @@ static int drain(struct sq *sq)
 }
 
 /* Posts message `msg` of `len` octets inline: gathered from up to three
- * unregistered buffers, which are overwritten once the post returns. */
+ * unregistered buffers, which are overwritten once the post returns. With
+ * client-sge, not inline: from the three registered buffers of its send
+ * queue slot, left alone until the request completes. */
 static int post_inline(struct sq *sq, enum ibv_wr_opcode op, int msg, int len, uint64_t raddr, uint32_t rkey,
 		       int force_signal)
 {
 	static uint8_t a[MAX_INLINE + 1], b[MAX_INLINE + 1], c[MAX_INLINE + 1];
 	uint8_t *bufs[3] = { a, b, c };
+	uint32_t lkey = 0;
 	struct ibv_sge sge[3];
 	int nsge = 1 + msg % 3, off = 0, rc;
 	struct ibv_send_wr wr = { .wr_id = sq->posted, .sg_list = sge, .opcode = op }, *badwr;
 
+	if (registered) {
+		for (int s = 0; s < 3; s++)
+			bufs[s] = sge_buf + ((size_t)(sq->posted % SQ_DEPTH) * 3 + s) * SGE_BUF_LEN;
+		lkey = sge_mr->lkey;
+	}
 	if (len < nsge)
 		nsge = len ? len : 1;
 	for (int s = 0; s < nsge; s++) {
@@ -217,20 +239,22 @@ static int post_inline(struct sq *sq, enum ibv_wr_opcode op, int msg, int len, u
 
 		for (int k = 0; k < n; k++)
 			bufs[s][k] = pattern(msg, off + k);
-		sge[s] = (struct ibv_sge){ .addr = (uintptr_t)bufs[s], .length = n, .lkey = 0 };
+		sge[s] = (struct ibv_sge){ .addr = (uintptr_t)bufs[s], .length = n, .lkey = lkey };
 		off += n;
 	}
 	wr.num_sge = nsge;
-	wr.send_flags = IBV_SEND_INLINE;
+	wr.send_flags = registered ? 0 : IBV_SEND_INLINE;
 	if (force_signal || sq->posted % SIGNAL_EVERY == SIGNAL_EVERY - 1)
 		wr.send_flags |= IBV_SEND_SIGNALED;
 	wr.wr.rdma.remote_addr = raddr;
 	wr.wr.rdma.rkey = rkey;
 	rc = ibv_post_send(sq->id->qp, &wr, &badwr);
 	/* Inline: the buffers are ours again. */
-	memset(a, 0xee, sizeof(a));
-	memset(b, 0xee, sizeof(b));
-	memset(c, 0xee, sizeof(c));
+	if (!registered) {
+		memset(a, 0xee, sizeof(a));
+		memset(b, 0xee, sizeof(b));
+		memset(c, 0xee, sizeof(c));
+	}
 	if (rc)
 		return rc;
 	sq->posted++;
@@ -278,6 +302,16 @@ static int run_client(struct rdma_addrinfo *res)
 	kmr = ibv_reg_mr(sq.id->pd, keys, 64, IBV_ACCESS_LOCAL_WRITE);
 	if (!kmr)
 		return fail("ibv_reg_mr");
+	if (registered) {
+		size_t n = (size_t)SQ_DEPTH * 3 * SGE_BUF_LEN;
+
+		sge_buf = aligned_alloc(4096, (n + 4095) / 4096 * 4096);
+		if (!sge_buf)
+			return fail("aligned_alloc");
+		sge_mr = ibv_reg_mr(sq.id->pd, sge_buf, n, IBV_ACCESS_LOCAL_WRITE);
+		if (!sge_mr)
+			return fail("ibv_reg_mr");
+	}
 	{
 		struct ibv_sge sge = { .addr = (uintptr_t)keys, .length = 64, .lkey = kmr->lkey };
 		struct ibv_recv_wr wr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1 }, *badwr;
@@ -315,8 +349,18 @@ static int run_client(struct rdma_addrinfo *res)
 		if (drain(&sq))
 			return 1;
 	}
-	printf("inline-verify: client: %d inline work requests completed in order\n", sq.posted);
+	printf("inline-verify: client: %d %s work requests completed in order\n", sq.posted,
+	       registered ? "registered-memory" : "inline");
 
+	if (registered) {
+		if (post_inline(&sq, IBV_WR_SEND, 2000, MAX_INLINE, 0, 0, 1) || drain(&sq))
+			return bad("the last Send failed");
+		rdma_disconnect(sq.id);
+		ibv_dereg_mr(sge_mr);
+		ibv_dereg_mr(kmr);
+		rdma_destroy_ep(sq.id);
+		return 0;
+	}
 	/* One octet over the limit: refused at the post, nothing queued. */
 	rc = post_inline(&sq, IBV_WR_SEND, 2000, MAX_INLINE + 1, 0, 0, 1);
 	if (rc != EINVAL)
@@ -337,11 +381,13 @@ int main(int argc, char **argv)
 	struct rdma_addrinfo hints = { .ai_port_space = RDMA_PS_TCP }, *res;
 	int server;
 
-	if (argc != 4 || (strcmp(argv[1], "server") && strcmp(argv[1], "client"))) {
-		fprintf(stderr, "usage: inline-verify server|client ADDR PORT\n");
+	if (argc != 4 || (strcmp(argv[1], "server") && strcmp(argv[1], "client") &&
+			  strcmp(argv[1], "client-sge"))) {
+		fprintf(stderr, "usage: inline-verify server|client|client-sge ADDR PORT\n");
 		return 2;
 	}
 	server = !strcmp(argv[1], "server");
+	registered = !strcmp(argv[1], "client-sge");
 	if (server)
 		hints.ai_flags = RAI_PASSIVE;
 	if (rdma_getaddrinfo(argv[2], argv[3], &hints, &res))

@@ -199,15 +199,27 @@ test_56_rfc7306_atomics_and_immediate_data() {
 # to 256 octets and 64 RDMA Writes, gathered from unregistered buffers
 # that are overwritten as soon as each post returns, through an 8-deep
 # send queue; every octet, length and completion checked, and a 257-octet
-# inline post refused with EINVAL.
+# inline post refused with EINVAL. Then the same messages again, not
+# inline, from up to three SGEs of a registered region: siw_rs copies a
+# small payload as it sends it (Conn::send_small), and this checks that
+# copy octet by octet.
 test_54_inline_sends_verified() {
 	uverbs_pair
 	server_client h1 h2 180 -- "$WP" build/inline-verify server 10.55.0.1 7177 \
 		-- "$WP" build/inline-verify client 10.55.0.1 7177 || return 1
-	grep -q "600 inline Sends of 0-256 octets verified" /tmp/server.log &&
-		grep -q "64 inline RDMA Writes of 1-256 octets verified" /tmp/server.log &&
-		grep -q "refused 257-octet post verified" /tmp/server.log ||
-		fail_because "the server did not verify everything" || return 1
+	grep -q "600 Sends of 0-256 octets verified" /tmp/server.log &&
+		grep -q "64 RDMA Writes of 1-256 octets verified" /tmp/server.log &&
+		grep -q "the last 256-octet Send verified" /tmp/server.log &&
+		grep -q "inline work requests completed in order" /tmp/client.log &&
+		grep -q "a 257-octet inline post failed with EINVAL" /tmp/client.log ||
+		fail_because "inline: the server did not verify everything" || return 1
+	server_client h1 h2 180 -- "$WP" build/inline-verify server 10.55.0.1 7178 \
+		-- "$WP" build/inline-verify client-sge 10.55.0.1 7178 || return 1
+	grep -q "600 Sends of 0-256 octets verified" /tmp/server.log &&
+		grep -q "64 RDMA Writes of 1-256 octets verified" /tmp/server.log &&
+		grep -q "the last 256-octet Send verified" /tmp/server.log &&
+		grep -q "registered-memory work requests completed in order" /tmp/client.log ||
+		fail_because "registered memory: the server did not verify everything" || return 1
 	no_qps rs1 && no_qps rs2
 }
 
