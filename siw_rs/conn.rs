@@ -355,8 +355,9 @@ struct RunStats {
     large: bool,
 }
 
-/// What a doorbell knows of the last transmit runs, to tell a process
-/// that streams small work requests from one that waits between posts
+/// What a doorbell knows of the last transmit runs (a worker's, or a
+/// quiet doorbell's: see [`Conn::tx_work`]), to tell a process that
+/// streams small work requests from one that waits between posts
 /// ([`Conn::doorbell`]). Heuristics only, hence relaxed: a stale value
 /// costs one worker wake-up, or one message sent without company.
 struct Pace {
@@ -468,7 +469,7 @@ impl workqueue::WorkItem<TRANSMIT> for Conn {
     type Pointer = Arc<Conn>;
 
     fn run(this: Arc<Conn>) {
-        this.tx_work(true);
+        this.tx_work(true, true);
     }
 }
 
@@ -668,7 +669,7 @@ impl Conn {
             return;
         }
         if self.claim_tx() {
-            self.clone().tx_work(false);
+            self.clone().tx_work(false, quiet);
         }
     }
 
@@ -687,7 +688,10 @@ impl Conn {
     /// Runs the transmitter until no work is left; `worker`: this is the
     /// work item's run, which gathers small messages until no more work is
     /// queued (see [`Conn::tx_run`]) and may sleep, rather than a
-    /// doorbell's on the calling thread.
+    /// doorbell's on the calling thread; `timed`: the run is recorded in
+    /// [`Conn::pace`]. Only a quiet doorbell consults that record, so a
+    /// signalled doorbell's run is not timed: reading the clock twice is
+    /// a measurable part of a small message's way through the driver.
     ///
     /// A send the stack refused for want of memory, with room in the
     /// socket's buffer, is not retried at once: TCP calls write-space
@@ -696,8 +700,8 @@ impl Conn {
     /// call) for as long as memory is short. The retry is left to a
     /// worker, which pauses first, 1 ms doubling up to 64 ms while the
     /// refusals go on (blocking TCP senders wait in the same way).
-    fn tx_work(self: Arc<Self>, worker: bool) {
-        let start = now_ns();
+    fn tx_work(self: Arc<Self>, worker: bool, timed: bool) {
+        let start = if timed { now_ns() } else { 0 };
         let mut stats = RunStats::default();
         let mut pause = 0u32;
         loop {
@@ -706,7 +710,9 @@ impl Conn {
                 pr_debug!("qp {}: transmit failed: {:?}\n", self.qp().qp_num(), e);
                 self.close(None);
             }
-            self.pace.ran(start, now_ns(), &stats);
+            if timed {
+                self.pace.ran(start, now_ns(), &stats);
+            }
             if self.starved.swap(false, Ordering::Relaxed) && !self.closing.load(Ordering::Acquire) {
                 if !worker {
                     // This holds `tx_busy`, so the item is not queued (see
