@@ -953,18 +953,12 @@ impl Conn {
             // The SGEs' octets, copied into the inline buffer (free: it
             // holds a WQE's inline data only while that WQE is in flight).
             // Any access error takes the general path, which reports it.
-            let qp = self.qp();
-            let mut off = 0usize;
-            for s in w.sges.iter().take(usize::from(w.nsge)).filter(|s| s.length > 0) {
-                let end = off.saturating_add(s.length as usize);
-                let copied = inline.get_mut(off..end).is_some_and(|dst| {
-                    mem::lookup(qp::stags(qp), s.lkey)
-                        .is_some_and(|m| m.copy_out(s.lkey, qp.pd().id(), s.addr, 0, dst).is_ok())
-                });
-                if !copied {
-                    return Small::Not(Job::Wqe(w));
-                }
-                off = end;
+            let copied = match (w.sges.get(..usize::from(w.nsge)), inline.get_mut(..len)) {
+                (Some(sges), Some(dst)) => copy_local(self.qp(), sges, 0, dst).is_ok(),
+                _ => false,
+            };
+            if !copied {
+                return Small::Not(Job::Wqe(w));
             }
         }
         let payload = inline.get(..len).unwrap_or(&[]);
@@ -1624,6 +1618,20 @@ fn resolve_local(qp: &Qp<SiwRs>, sges: &[Sge], rights: u32, segs: &mut Segs) -> 
         let m = mem::lookup(qp::stags(qp), s.lkey).ok_or(AccessError::InvalidStag)?;
         m.check(s.lkey, qp.pd().id(), s.addr, u64::from(s.length), rights)?;
         segs.add(m, s.addr, u64::from(s.length))?;
+    }
+    Ok(())
+}
+
+/// Copies the octets of local SGEs (a small send's payload) into `dst`,
+/// in order, checking each access as [`resolve_local`] does.
+fn copy_local(qp: &Qp<SiwRs>, sges: &[Sge], rights: u32, dst: &mut [u8]) -> core::result::Result<(), AccessError> {
+    let mut off = 0usize;
+    for s in sges.iter().filter(|s| s.length > 0) {
+        let end = off.saturating_add(s.length as usize);
+        let part = dst.get_mut(off..end).ok_or(AccessError::Bounds)?;
+        let m = mem::lookup(qp::stags(qp), s.lkey).ok_or(AccessError::InvalidStag)?;
+        m.copy_out(s.lkey, qp.pd().id(), s.addr, rights, part)?;
+        off = end;
     }
     Ok(())
 }
