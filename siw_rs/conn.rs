@@ -342,8 +342,9 @@ enum Small {
     Sent(Option<Job>),
     /// Not a small Send or Write, or no room for it: the general path's.
     Not(Job),
-    /// The stage could not be sent; the job in hand is returned.
-    Failed(Error, Option<Job>),
+    /// The stage could not be sent: the stream ends. The job, not sent
+    /// and not completed, is returned.
+    Failed(Error, Job),
 }
 
 /// What one transmit run did.
@@ -865,14 +866,11 @@ impl Conn {
                             job = Some(j);
                             break;
                         }
-                        Small::Failed(e, next) => {
-                            // The job taken with the last completion is
-                            // parked as the message in flight: the teardown
-                            // flushes it in order.
-                            if let Some(j) = next {
-                                if let Err(Some((w, status))) = self.begin(&mut tx, j) {
-                                    qp::complete_send(qp, w, status);
-                                }
+                        Small::Failed(e, j) => {
+                            // The job is parked as the message in flight:
+                            // the teardown flushes it in order.
+                            if let Err(Some((w, status))) = self.begin(&mut tx, j) {
+                                qp::complete_send(qp, w, status);
                             }
                             return Err(e);
                         }
@@ -944,7 +942,7 @@ impl Conn {
             match self.flush_stage(tx) {
                 Ok(true) => {}
                 Ok(false) => return Small::Not(Job::Wqe(w)),
-                Err(e) => return Small::Failed(e, Some(Job::Wqe(w))),
+                Err(e) => return Small::Failed(e, Job::Wqe(w)),
             }
         }
         let Tx { transmitter, stage, staged, crc, inline, .. } = &mut *tx;
@@ -971,13 +969,14 @@ impl Conn {
         *staged += n;
         // On a doorbell the message goes to the socket before the WQE
         // completes, as on the general path: the completion is not on the
-        // way to the peer.
-        let sent = if gathering { Ok(true) } else { self.flush_stage(tx) };
-        let next = qp::sent_then_next(self.qp(), w, &mut tx.inline);
-        match sent {
-            Ok(_) => Small::Sent(next),
-            Err(e) => Small::Failed(e, next),
+        // way to the peer. A send that failed ends the stream; the WQE
+        // has not left and is flushed with the rest, not completed.
+        if !gathering {
+            if let Err(e) = self.flush_stage(tx) {
+                return Small::Failed(e, Job::Wqe(w));
+            }
         }
+        Small::Sent(qp::sent_then_next(self.qp(), w, &mut tx.inline))
     }
 
     /// Turns a job into a message being planned, resolving its local
