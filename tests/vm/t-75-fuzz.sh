@@ -200,9 +200,27 @@ test_99_fuzzer_against_upstream_siw() {
 	# them once the module is gone, which used to be during the next test.
 	# Unload it here and report them: they are siw's, not siw_rs's (which
 	# is not loaded in this test).
-	rdma link del siw1 2>/dev/null || true
-	rmmod siw 2>/dev/null || true
-	if kmemleak_available; then
+	# Bounded: now and then a listener connection gets stuck in siw's
+	# kernel code and even SIGKILL does not end the process; then
+	# removing the device waits for it forever. That is siw's bug, so it
+	# is reported, and the device and the module stay (the runner leaves
+	# them too).
+	local rc=0
+	bounded 60 rdma link del siw1 2>/dev/null || rc=$?
+	if [ "$rc" = 124 ]; then
+		echo "    upstream siw: siw1 cannot be removed after 60 s; the tasks that hold it (reported only):"
+		task_stacks $(cat /tmp/listener.pid) $(pgrep -x rdma)
+		echo siw1 >> "$ABANDONED_DEVS"
+	else
+		bounded 60 rmmod siw 2>/dev/null || rc=$?
+		if [ "$rc" = 124 ]; then
+			echo "    upstream siw: rmmod siw has not ended after 60 s (reported only)"
+			echo "(module siw)" >> "$ABANDONED_DEVS"
+		fi
+	fi
+	if kernel_died; then
+		echo "    upstream siw: the kernel oopsed (reported only); no kmemleak scan"
+	elif kmemleak_available; then
 		nap 6
 		echo scan > /sys/kernel/debug/kmemleak
 		echo scan > /sys/kernel/debug/kmemleak
