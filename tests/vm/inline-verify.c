@@ -26,7 +26,10 @@
  * reused only once the slot's request is known complete), and skips the
  * refused post (257 octets are a valid non-inline Send): the server checks
  * the same things. siw_rs copies such small payloads when it sends them, so
- * this covers that path.
+ * this covers that path. It then reads every Write back with N_WRITE RDMA
+ * Reads at an ORD of 1, queued SQ_DEPTH deep (each waits in the send queue
+ * until the response before it is in), and checks every octet and that
+ * nothing landed past a Read; its last Send is fenced behind them.
  * Exit status 0 only if everything held.
  */
 #include <arpa/inet.h>
@@ -56,6 +59,9 @@
 static int registered;
 static uint8_t *sge_buf;
 static struct ibv_mr *sge_mr;
+/* client-sge: where the Reads land, N_WRITE slots. */
+static uint8_t *sink;
+static struct ibv_mr *sink_mr;
 #define SGE_BUF_LEN (MAX_INLINE + 1)
 
 struct keys {
@@ -106,7 +112,7 @@ static int run_server(struct rdma_addrinfo *res)
 		return fail("rdma_get_request");
 	rmr = ibv_reg_mr(id->pd, rbuf, (size_t)N_RECV * SLOT, IBV_ACCESS_LOCAL_WRITE);
 	tmr = ibv_reg_mr(id->pd, target, (size_t)N_WRITE * SLOT,
-			 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+			 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
 	kmr = ibv_reg_mr(id->pd, keys, 64, IBV_ACCESS_LOCAL_WRITE);
 	if (!rmr || !tmr || !kmr)
 		return fail("ibv_reg_mr");
@@ -118,8 +124,13 @@ static int run_server(struct rdma_addrinfo *res)
 		if (ibv_post_recv(id->qp, &wr, &badwr))
 			return fail("ibv_post_recv");
 	}
-	if (rdma_accept(id, NULL))
-		return fail("rdma_accept");
+	{
+		/* Reads from the client are answered one at a time. */
+		struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1 };
+
+		if (rdma_accept(id, &cp))
+			return fail("rdma_accept");
+	}
 	keys->addr = (uintptr_t)target;
 	keys->rkey = tmr->rkey;
 	rc = send_and_wait(id->qp, id->send_cq, keys, sizeof(*keys), kmr->lkey);
@@ -216,7 +227,8 @@ static int drain(struct sq *sq)
 /* Posts message `msg` of `len` octets inline: gathered from up to three
  * unregistered buffers, which are overwritten once the post returns. With
  * client-sge, not inline: from the three registered buffers of its send
- * queue slot, left alone until the request completes. */
+ * queue slot, left alone until the request completes. `force_signal`: 1
+ * signals the request whatever its place, 2 also fences it. */
 static int post_inline(struct sq *sq, enum ibv_wr_opcode op, int msg, int len, uint64_t raddr, uint32_t rkey,
 		       int force_signal)
 {
@@ -246,6 +258,8 @@ static int post_inline(struct sq *sq, enum ibv_wr_opcode op, int msg, int len, u
 	wr.send_flags = registered ? 0 : IBV_SEND_INLINE;
 	if (force_signal || sq->posted % SIGNAL_EVERY == SIGNAL_EVERY - 1)
 		wr.send_flags |= IBV_SEND_SIGNALED;
+	if (force_signal & 2)
+		wr.send_flags |= IBV_SEND_FENCE;
 	wr.wr.rdma.remote_addr = raddr;
 	wr.wr.rdma.rkey = rkey;
 	rc = ibv_post_send(sq->id->qp, &wr, &badwr);
@@ -273,6 +287,33 @@ static int post_one(struct sq *sq, enum ibv_wr_opcode op, int msg, int len, uint
 		errno = rc;
 		return fail("ibv_post_send inline");
 	}
+	return 0;
+}
+
+/* Posts an RDMA Read of Write `i`'s slot back into slot `i` of the sink,
+ * first reaping a completion if the queue is full. The Reads start on an
+ * empty queue at wr_id `base`; every SIGNAL_EVERY-th from there is
+ * signalled, as reap() expects. */
+static int post_read(struct sq *sq, int i, struct keys *keys, int base)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)(sink + (size_t)i * SLOT), .length = write_len(i),
+			       .lkey = sink_mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = sq->posted, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_RDMA_READ }, *badwr;
+	int rc;
+
+	if (sq->posted - sq->done >= SQ_DEPTH && reap(sq, 0))
+		return 1;
+	if ((sq->posted - base) % SIGNAL_EVERY == SIGNAL_EVERY - 1)
+		wr.send_flags = IBV_SEND_SIGNALED;
+	wr.wr.rdma.remote_addr = keys->addr + (uint64_t)i * SLOT;
+	wr.wr.rdma.rkey = keys->rkey;
+	rc = ibv_post_send(sq->id->qp, &wr, &badwr);
+	if (rc) {
+		errno = rc;
+		return fail("ibv_post_send read");
+	}
+	sq->posted++;
 	return 0;
 }
 
@@ -309,7 +350,12 @@ static int run_client(struct rdma_addrinfo *res)
 		if (!sge_buf)
 			return fail("aligned_alloc");
 		sge_mr = ibv_reg_mr(sq.id->pd, sge_buf, n, IBV_ACCESS_LOCAL_WRITE);
-		if (!sge_mr)
+		sink = aligned_alloc(4096, (size_t)N_WRITE * SLOT);
+		if (!sge_mr || !sink)
+			return fail("ibv_reg_mr");
+		memset(sink, 0x5a, (size_t)N_WRITE * SLOT);
+		sink_mr = ibv_reg_mr(sq.id->pd, sink, (size_t)N_WRITE * SLOT, IBV_ACCESS_LOCAL_WRITE);
+		if (!sink_mr)
 			return fail("ibv_reg_mr");
 	}
 	{
@@ -319,8 +365,13 @@ static int run_client(struct rdma_addrinfo *res)
 		if (ibv_post_recv(sq.id->qp, &wr, &badwr))
 			return fail("ibv_post_recv");
 	}
-	if (rdma_connect(sq.id, NULL))
-		return fail("rdma_connect");
+	{
+		/* An ORD of 1: the Reads of client-sge wait their turn. */
+		struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1 };
+
+		if (rdma_connect(sq.id, &cp))
+			return fail("rdma_connect");
+	}
 	if (wait_wc(sq.id->recv_cq, &wc) || wc.status != IBV_WC_SUCCESS)
 		return bad("no keys from the server");
 
@@ -353,10 +404,31 @@ static int run_client(struct rdma_addrinfo *res)
 	       registered ? "registered-memory" : "inline");
 
 	if (registered) {
-		if (post_inline(&sq, IBV_WR_SEND, 2000, MAX_INLINE, 0, 0, 1) || drain(&sq))
+		int base = sq.posted;
+
+		for (i = 0; i < N_WRITE; i++)
+			if (post_read(&sq, i, keys, base))
+				return 1;
+		if (drain(&sq))
+			return 1;
+		for (i = 0; i < N_WRITE; i++) {
+			const uint8_t *p = sink + (size_t)i * SLOT;
+
+			for (int k = 0; k < write_len(i); k++)
+				if (p[k] != pattern(1000 + i, k))
+					return bad("read %d octet %d: %#x, want %#x", i, k, p[k], pattern(1000 + i, k));
+			for (int k = write_len(i); k < SLOT; k++)
+				if (p[k] != 0x5a)
+					return bad("read %d: octet %d written past its %d", i, k, write_len(i));
+		}
+		printf("inline-verify: client: %d RDMA Reads of 1-%d octets at ORD 1 verified\n", N_WRITE,
+		       MAX_INLINE);
+		/* Fenced: sent only once no Read is outstanding. */
+		if (post_inline(&sq, IBV_WR_SEND, 2000, MAX_INLINE, 0, 0, 1 | 2) || drain(&sq))
 			return bad("the last Send failed");
 		rdma_disconnect(sq.id);
 		ibv_dereg_mr(sge_mr);
+		ibv_dereg_mr(sink_mr);
 		ibv_dereg_mr(kmr);
 		rdma_destroy_ep(sq.id);
 		return 0;

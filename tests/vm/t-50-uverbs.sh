@@ -202,7 +202,9 @@ test_56_rfc7306_atomics_and_immediate_data() {
 # inline post refused with EINVAL. Then the same messages again, not
 # inline, from up to three SGEs of a registered region: siw_rs copies a
 # small payload as it sends it (Conn::send_small), and this checks that
-# copy octet by octet.
+# copy octet by octet; then 64 RDMA Reads of the Writes back at an ORD of
+# 1, 8 deep (each waits until the response before it is in: the receive
+# path must wake the transmitter), and a last Send fenced behind them.
 test_54_inline_sends_verified() {
 	uverbs_pair
 	server_client h1 h2 180 -- "$WP" build/inline-verify server 10.55.0.1 7177 \
@@ -218,8 +220,9 @@ test_54_inline_sends_verified() {
 	grep -q "600 Sends of 0-256 octets verified" /tmp/server.log &&
 		grep -q "64 RDMA Writes of 1-256 octets verified" /tmp/server.log &&
 		grep -q "the last 256-octet Send verified" /tmp/server.log &&
-		grep -q "registered-memory work requests completed in order" /tmp/client.log ||
-		fail_because "registered memory: the server did not verify everything" || return 1
+		grep -q "registered-memory work requests completed in order" /tmp/client.log &&
+		grep -q "64 RDMA Reads of 1-256 octets at ORD 1 verified" /tmp/client.log ||
+		fail_because "registered memory: not everything was verified" || return 1
 	no_qps rs1 && no_qps rs2
 }
 
