@@ -85,6 +85,23 @@ static int write_len(int i)
 	return 1 + (i * 61) % MAX_INLINE;
 }
 
+/* Checks the N_WRITE slots at `base`: slot i holds Write i's pattern, and
+ * past it the `fill` it had before; `what` names the operation. */
+static int check_slots(const uint8_t *base, uint8_t fill, const char *what)
+{
+	for (int i = 0; i < N_WRITE; i++) {
+		const uint8_t *p = base + (size_t)i * SLOT;
+
+		for (int k = 0; k < write_len(i); k++)
+			if (p[k] != pattern(1000 + i, k))
+				return bad("%s %d octet %d: %#x, want %#x", what, i, k, p[k], pattern(1000 + i, k));
+		for (int k = write_len(i); k < SLOT; k++)
+			if (p[k] != fill)
+				return bad("%s %d: octet %d written past its %d", what, i, k, write_len(i));
+	}
+	return 0;
+}
+
 static int run_server(struct rdma_addrinfo *res)
 {
 	struct ibv_qp_init_attr attr = {
@@ -162,16 +179,8 @@ static int run_server(struct rdma_addrinfo *res)
 	if (wait_wc(id->recv_cq, &wc) || wc.status != IBV_WC_SUCCESS || wc.opcode != IBV_WC_RECV ||
 	    wc.byte_len != 4 || memcmp(rbuf + (size_t)N_SEND * SLOT, "done", 4))
 		return bad("no \"done\" Send after the Writes");
-	for (i = 0; i < N_WRITE; i++) {
-		const uint8_t *p = target + (size_t)i * SLOT;
-
-		for (int k = 0; k < write_len(i); k++)
-			if (p[k] != pattern(1000 + i, k))
-				return bad("write %d octet %d: %#x, want %#x", i, k, p[k], pattern(1000 + i, k));
-		for (int k = write_len(i); k < SLOT; k++)
-			if (p[k])
-				return bad("write %d: octet %d written past its %d", i, k, write_len(i));
-	}
+	if (check_slots(target, 0, "write"))
+		return 1;
 	printf("inline-verify: server: %d RDMA Writes of 1-%d octets verified\n", N_WRITE, MAX_INLINE);
 
 	/* The Send after the client's refused post. */
@@ -411,16 +420,8 @@ static int run_client(struct rdma_addrinfo *res)
 				return 1;
 		if (drain(&sq))
 			return 1;
-		for (i = 0; i < N_WRITE; i++) {
-			const uint8_t *p = sink + (size_t)i * SLOT;
-
-			for (int k = 0; k < write_len(i); k++)
-				if (p[k] != pattern(1000 + i, k))
-					return bad("read %d octet %d: %#x, want %#x", i, k, p[k], pattern(1000 + i, k));
-			for (int k = write_len(i); k < SLOT; k++)
-				if (p[k] != 0x5a)
-					return bad("read %d: octet %d written past its %d", i, k, write_len(i));
-		}
+		if (check_slots(sink, 0x5a, "read"))
+			return 1;
 		printf("inline-verify: client: %d RDMA Reads of 1-%d octets at ORD 1 verified\n", N_WRITE,
 		       MAX_INLINE);
 		/* Fenced: sent only once no Read is outstanding. */
