@@ -41,19 +41,25 @@ cgroup_empty() {
 
 fail_because() { printf '    %s\n' "$*" >&2; return 1; }
 
-# bounded SECS CMD...: runs CMD; fails (124) if it has not ended after
-# SECS seconds, and leaves it running: a task stuck in the kernel cannot
-# be killed.
-bounded() {
-	local secs=$1 p s=$EPOCHSECONDS
-	shift
-	"$@" 0<&0 &
-	p=$!
-	while kill -0 "$p" 2>/dev/null; do
-		(( EPOCHSECONDS - s < secs )) || return 124
+# wait_pid PID SECS: waits up to SECS seconds for the background job PID
+# and returns its status; 124 if it is still running then (it is left
+# running: a task stuck in the kernel cannot be killed).
+wait_pid() {
+	local s=$EPOCHSECONDS
+	while kill -0 "$1" 2>/dev/null; do
+		(( EPOCHSECONDS - s < $2 )) || return 124
 		nap 0.2
 	done
-	wait "$p"
+	wait "$1"
+}
+
+# bounded SECS CMD...: runs CMD; fails (124) if it has not ended after
+# SECS seconds, and leaves it running.
+bounded() {
+	local secs=$1
+	shift
+	"$@" 0<&0 &
+	wait_pid $! "$secs"
 }
 
 # task_stacks PID...: the kernel stack of every thread of each PID.
