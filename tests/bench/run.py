@@ -13,6 +13,7 @@ scripts/topology):
     siw      siw1 (siw)    <-  siw2 (siw)
     mixed    rs1 (siw_rs)  <-  siw2 (siw)
     tcp      iperf3 -s     <-  iperf3 -c     (same veth, no RDMA)
+             tcp_pingpong server <- client (2 B round trips, the latency yardstick)
 
 Two iWARP devices cannot share a netdev here (both drivers' listeners want
 the same TCP port, rdma_listen fails), so each pair gets its devices created
@@ -51,6 +52,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 OUT = os.path.join(REPO, "build", "bench")
 RAW = os.path.join(OUT, "raw")
 WP = os.path.join(REPO, "userspace-provider", "with-provider")
+# Built by scripts/bench from tests/bench/tcp_pingpong.c.
+TCP_PINGPONG = os.path.join(REPO, "build", "bench-tools", "tcp_pingpong")
 SERVER_IP = "10.55.0.1"
 
 # (pair name, (server driver, server device), (client driver, client device))
@@ -64,6 +67,8 @@ BW_TOOLS = ["ib_write_bw", "ib_read_bw", "ib_send_bw"]
 LAT_TOOLS = ["ib_write_lat", "ib_send_lat"]
 BW_SIZES = [64, 4096, 65536, 1048576]
 LAT_SIZES = [2, 4096]
+LAT_KINDS = ("lat", "tcp_lat")
+TCP_KINDS = ("tcp", "tcp_lat")
 
 # The same kernel-log patterns tests/vm/lib.sh fails a VM test on.
 BAD_DMESG = re.compile(
@@ -118,7 +123,8 @@ def size_name(n):
 
 
 class Test:
-    """One row of the matrix: a perftest tool at a size and QP count, or iperf3."""
+    """One row of the matrix: a perftest tool at a size and QP count, or a TCP
+    yardstick (iperf3, or tcp_pingpong for latency)."""
 
     def __init__(self, kind, tool, size=0, qps=1, headline=False):
         self.kind, self.tool, self.size, self.qps, self.headline = kind, tool, size, qps, headline
@@ -127,6 +133,8 @@ class Test:
     def key(self):
         if self.kind == "tcp":
             return "iperf3"
+        if self.kind == "tcp_lat":
+            return "tcp_pingpong %s" % size_name(self.size)
         return "%s %s q%d" % (self.tool, size_name(self.size), self.qps)
 
     def runs(self, st):
@@ -138,7 +146,7 @@ class Test:
 
 
 def matrix(st):
-    """The tests, RDMA ones (run per pair) and the TCP one."""
+    """The tests: RDMA ones (run per pair) and the TCP ones (run once a round)."""
     def head(tool, size, qps):
         # The rows the issue's targets are about; the others may get fewer runs.
         return qps == 1 and (size == 65536 or (tool == "ib_write_bw" and size == 64))
@@ -148,26 +156,27 @@ def matrix(st):
     else:
         rdma = [Test("bw", t, s, q, head(t, s, q)) for t in BW_TOOLS for s in BW_SIZES for q in (1, 4)]
         rdma += [Test("lat", t, s, 1, s == 2) for t in LAT_TOOLS for s in LAT_SIZES]
-    return rdma, Test("tcp", "iperf3", headline=True)
+    # The TCP yardsticks: iperf3 for bandwidth, a 2 B ping-pong for latency
+    # (what a busy-polled TCP round trip costs, with no RDMA layer at all).
+    return rdma, [Test("tcp", "iperf3", headline=True), Test("tcp_lat", "tcp_pingpong", 2, headline=True)]
 
 
 def plan(st):
     """[(round, pair or None, test)] in execution order."""
     rdma, tcp = matrix(st)
-    rounds = max([t.runs(st) for t in rdma] + [tcp.runs(st)])
+    rounds = max(t.runs(st) for t in rdma + tcp)
     out = []
     for r in range(rounds):
         for pair in PAIRS:
             out += [(r, pair, t) for t in rdma if r < t.runs(st)]
-        if r < tcp.runs(st):
-            out.append((r, None, tcp))
+        out += [(r, None, t) for t in tcp if r < t.runs(st)]
     return out
 
 
 def expected_seconds(st, p):
     total = 0.0
     for _, pair, t in p:
-        if t.kind == "lat":
+        if t.kind in LAT_KINDS:
             # siw at ~70 us (2 B) on the perf kernel; allow 4x for the others.
             total += OVERHEAD_S + st.lat_iters * 300e-6
         else:
@@ -345,6 +354,17 @@ def parse_lat(text, size):
     return out
 
 
+def parse_tcp_pingpong(text, size):
+    """The result line of tcp_pingpong's client (one-way figures, like perftest's)."""
+    m = re.search(r"^tcp_pingpong: size %d iterations ([0-9]+) one-way us: min %s typical %s "
+                  r"avg %s p99 %s" % (size, NUM, NUM, NUM, NUM), text, re.M)
+    if not m:
+        return None
+    return {"lat_typical_us": float(m.group(3)), "iterations": int(m.group(1)),
+            "lat_min_us": float(m.group(2)), "lat_avg_us": float(m.group(4)),
+            "lat_p99_us": float(m.group(5))}
+
+
 def parse_iperf3(text):
     try:
         j = json.loads(text)
@@ -386,7 +406,7 @@ class Bench:
         self.seq = 0
         self.started = time.time()
         self.meta = {}
-        self.rdma_tests, self.tcp_test = matrix(st)
+        self.rdma_tests, self.tcp_tests = matrix(st)
 
     def run_one(self, rnd, pair, test, pair_error):
         """One run of TEST on PAIR; retried when perftest could not calibrate its clock."""
@@ -418,6 +438,11 @@ class Bench:
             scmd = ["iperf3", "-s", "-1", "-B", SERVER_IP, "-p", str(port)]
             ccmd = ["iperf3", "-c", SERVER_IP, "-p", str(port), "-t", str(st.duration), "--json"]
             climit = st.duration + 60
+        elif test.kind == "tcp_lat":
+            n = str(st.lat_iters)
+            scmd = [TCP_PINGPONG, "server", str(port), str(test.size), n]
+            ccmd = [TCP_PINGPONG, "client", str(port), SERVER_IP, str(test.size), n]
+            climit = 180
         else:
             _, (_, sdev), (_, cdev) = pair
             args = ["-R", "-p", str(port), "-s", str(test.size)]
@@ -435,12 +460,12 @@ class Bench:
             # Line-buffered: a killed perftest still leaves its output.
             scmd = ["stdbuf", "-oL", "-eL", WP, test.tool, "-d", sdev] + args
             ccmd = ["stdbuf", "-oL", "-eL", WP, test.tool, "-d", cdev] + args + [SERVER_IP]
-            if test.kind == "lat" and (os.cpu_count() or 1) >= 2:
-                # Both latency tools busy-poll: on one vCPU each waits out
-                # the other's time slice (milliseconds under TCG). Pinned
-                # apart, for every driver alike.
-                scmd = ["taskset", "-c", "0"] + scmd
-                ccmd = ["taskset", "-c", "1"] + ccmd
+        if test.kind in LAT_KINDS and (os.cpu_count() or 1) >= 2:
+            # Both latency tools busy-poll: on one vCPU each waits out the
+            # other's time slice (milliseconds under TCG). Pinned apart, for
+            # every driver and the TCP yardstick alike.
+            scmd = ["taskset", "-c", "0"] + scmd
+            ccmd = ["taskset", "-c", "1"] + ccmd
         rec["server_cmd"] = " ".join(scmd)
         rec["client_cmd"] = " ".join(ccmd)
 
@@ -453,6 +478,7 @@ class Bench:
         s0, w0, t0 = proc_stat(), wire_bytes(), time.monotonic()
         client = Proc(["ip", "netns", "exec", cns] + ccmd, clog)
         parse = {"tcp": lambda t: parse_iperf3(t),
+                 "tcp_lat": lambda t: parse_tcp_pingpong(t, test.size),
                  "bw": lambda t: parse_bw(t, test.size),
                  "lat": lambda t: parse_lat(t, test.size)}[test.kind]
 
@@ -484,7 +510,7 @@ class Bench:
         if res:
             rec.update(res)
             rec["ok"] = True
-            if wire and test.kind != "lat":
+            if wire and test.kind not in LAT_KINDS:
                 # Octets on the veth both ways (headers and acks included),
                 # over the same window as the CPU sample.
                 cpu = rec["cpu"]
@@ -536,7 +562,7 @@ class Bench:
 
     def describe(self, rec):
         if rec["ok"]:
-            if rec["kind"] == "lat":
+            if rec["kind"] in LAT_KINDS:
                 v = "%.2f us typical" % rec["lat_typical_us"]
             else:
                 v = "%.2f MB/s" % rec["mb_s"]
@@ -575,18 +601,18 @@ class Bench:
 
     def summary(self):
         rows = []
-        tests = self.rdma_tests + [self.tcp_test]
+        tests = self.rdma_tests + self.tcp_tests
         for t in tests:
-            pairs = ["tcp"] if t.kind == "tcp" else [p[0] for p in PAIRS]
+            pairs = ["tcp"] if t.kind in TCP_KINDS else [p[0] for p in PAIRS]
             for pname in pairs:
                 rs = [r for r in self.runs if r["test"] == t.key and r["pair"] == pname]
                 if not rs:
                     continue
                 ok = [r for r in rs if r["ok"]]
                 row = dict(t.as_dict(), pair=pname, n=len(ok), errors=len(rs) - len(ok))
-                metric = "lat_typical_us" if t.kind == "lat" else "mb_s"
+                metric = "lat_typical_us" if t.kind in LAT_KINDS else "mb_s"
                 row["metric"] = metric
-                row["unit"] = "us" if t.kind == "lat" else "MB/s"
+                row["unit"] = "us" if t.kind in LAT_KINDS else "MB/s"
                 for name in (metric, "mpps", "cpu_s_per_gb", "kernel_cpu_s_per_gb",
                              "wire_mb_s", "lat_avg_us", "lat_p99_us"):
                     vals = [r[name] for r in ok if name in r]
