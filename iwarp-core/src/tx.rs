@@ -145,7 +145,7 @@
 
 use super::crc32c::CrcEngine;
 use super::ddp::{
-    copy_octets, BufferFields, EmitError, Segment, SegmentError, Segmenter, TaggedFields, UntaggedFields,
+    copy_octets, BufferFields, DdpHeader, EmitError, Segment, SegmentError, Segmenter, TaggedFields, UntaggedFields,
     INITIAL_MSN, UNTAGGED_HEADER_LEN,
 };
 use super::mpa::{self, MarkerState, Negotiated, CRC_LEN, ULPDU_LENGTH_LEN};
@@ -1550,6 +1550,103 @@ impl Transmitter {
         Ok(total)
     }
 
+    /// [`emit_message`](Self::emit_message) for a message of ULP payload
+    /// that fits one FPDU, without markers (every small Send and Write):
+    /// validated as [`prepare`](Self::prepare) does, written in place
+    /// without a message cursor or the framer's per-piece steps. `None`
+    /// for any other message, and for a payload whose length is not the
+    /// message's: the general path handles (or refuses) those.
+    fn emit_single(
+        &mut self,
+        msg: &Message,
+        payload: &[u8],
+        crc: &mut dyn CrcEngine,
+        out: &mut [u8],
+    ) -> Option<Result<usize, TxError>> {
+        let op = msg.opcode();
+        if self.markers.is_some()
+            || op.payload() != PayloadKind::Ulp
+            || usize::try_from(msg.payload_len()).ok() != Some(payload.len())
+        {
+            return None;
+        }
+        let header_len = if op.is_tagged() {
+            super::ddp::TAGGED_HEADER_LEN
+        } else {
+            UNTAGGED_HEADER_LEN
+        };
+        if !self.extensions.allows(op)
+            || usize::from(self.mulpdu) < header_len.saturating_add(payload.len().max(1))
+        {
+            // Refused, or more than one segment: the general path.
+            return None;
+        }
+        let qi = Self::queue_index(op);
+        let msn = match qi {
+            Some(i) => Some(*self.msn.get(i)?),
+            None => None,
+        };
+        let target = msg.target(msn.unwrap_or(0));
+        if let BufferFields::Tagged(t) = target {
+            // A TO that would wrap: the general path's error.
+            t.to.checked_add(u64::from(msg.payload_len()))?;
+        }
+        let header = DdpHeader {
+            last: true,
+            opcode: op.value(),
+            buffer: target,
+        };
+        let r = Self::write_single(self.crc, &header, payload, crc, out);
+        if let Ok(n) = r {
+            if let Some(slot) = qi.and_then(|i| self.msn.get_mut(i)) {
+                *slot = slot.wrapping_add(1);
+            }
+            self.commit_pos(None, n);
+        }
+        Some(r)
+    }
+
+    /// Writes one FPDU without markers carrying `header` and all of
+    /// `payload` into the start of `out`; returns its wire length.
+    fn write_single(
+        crc_on: bool,
+        header: &DdpHeader,
+        payload: &[u8],
+        crc: &mut dyn CrcEngine,
+        out: &mut [u8],
+    ) -> Result<usize, TxError> {
+        let head_len = ULPDU_LENGTH_LEN + header.header_len();
+        let ulen = u16::try_from(head_len - ULPDU_LENGTH_LEN + payload.len())
+            .map_err(|_| TxError::Internal)?;
+        let wire = mpa::fpdu_len(ulen);
+        let Some(out) = out.get_mut(..wire) else {
+            return Err(TxError::BufferTooSmall { needed: wire });
+        };
+        let (covered, trailer) = out
+            .split_at_mut_checked(wire - CRC_LEN)
+            .ok_or(TxError::Internal)?;
+        let (head, rest) = covered
+            .split_at_mut_checked(head_len)
+            .ok_or(TxError::Internal)?;
+        let (data, pad) = rest
+            .split_at_mut_checked(payload.len())
+            .ok_or(TxError::Internal)?;
+        mpa::write_ulpdu_length(head, ulen).map_err(|_| TxError::Internal)?;
+        let hdr = head.get_mut(ULPDU_LENGTH_LEN..).ok_or(TxError::Internal)?;
+        header.emit(hdr).map_err(|_| TxError::Internal)?;
+        data.copy_from_slice(payload);
+        pad.fill(0);
+        let sum = if crc_on {
+            crc.reset();
+            crc.update(covered);
+            Some(crc.finish())
+        } else {
+            None
+        };
+        trailer.copy_from_slice(&mpa::crc_trailer(sum));
+        Ok(wire)
+    }
+
     /// Emits the whole message `msg` with `payload` (exactly its
     /// [`payload_len`](Message::payload_len) octets) into the start of
     /// `out` and returns the wire length. Assigns the MSN and advances the
@@ -1561,6 +1658,9 @@ impl Transmitter {
         crc: &mut dyn CrcEngine,
         out: &mut [u8],
     ) -> Result<usize, TxError> {
+        if let Some(r) = self.emit_single(msg, payload, crc, out) {
+            return r;
+        }
         let mut m = self.prepare(msg)?;
         let expected = msg.payload_len();
         if usize::try_from(expected).ok() != Some(payload.len()) {
