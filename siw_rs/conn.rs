@@ -92,8 +92,8 @@ struct Rx {
     receiver: KBox<Receiver<Crc32c>>,
     /// The receive WQE of the Send in progress and its regions.
     recv: Option<(RecvWqe, [Option<Arc<Mem>>; qp::NSGE])>,
-    /// The region of the tagged message in progress.
-    tagged: Option<Arc<Mem>>,
+    /// The tagged segment in progress (none for a zero-length one).
+    tagged: Option<TaggedSeg>,
     /// A validated inbound Read or Atomic Request awaiting its segment's
     /// CRC.
     inbound: Option<Inbound>,
@@ -107,6 +107,19 @@ struct Rx {
     peer_terminated: bool,
     /// Its code, if it parsed.
     peer_code: Option<TermCode>,
+}
+
+/// A tagged segment being received: the region its STag named, looked up
+/// at its header, and what it may touch, checked as each piece is placed
+/// (one hold of the region's lock per piece, and an invalidation between
+/// pieces is seen).
+struct TaggedSeg {
+    mem: Arc<Mem>,
+    stag: u32,
+    /// The segment's first byte and length.
+    to: u64,
+    len: u32,
+    rights: u32,
 }
 
 /// Transmit state.
@@ -1202,11 +1215,15 @@ impl Conn {
                                 }
                                 Access::LOCAL_WRITE
                             };
-                            // Every segment is checked: each names its own
-                            // range.
-                            match check_remote(qp, stag, to, h.payload_len, rights) {
-                                Ok(m) => rx.tagged = m,
-                                Err(e) => return Err(rx.receiver.reject(remote_code(e))),
+                            // Every segment is checked, as its pieces are
+                            // placed: each names its own range. A zero-length
+                            // one names no memory (RFC 6581 RTR messages).
+                            rx.tagged = None;
+                            if h.payload_len > 0 {
+                                let Some(mem) = mem::lookup(qp::stags(qp), stag) else {
+                                    return Err(rx.receiver.reject(remote_code(AccessError::InvalidStag)));
+                                };
+                                rx.tagged = Some(TaggedSeg { mem, stag, to, len: h.payload_len, rights });
                             }
                         }
                     }
@@ -1247,15 +1264,11 @@ impl Conn {
                         }
                     }
                     Target::Tagged { to, .. } => {
-                        if let Some(m) = &rx.tagged {
-                            let mut off = 0usize;
-                            let _ = m.translate(to, p.data.len() as u64, |kva, n| {
-                                let part = p.data.get(off..off + n).unwrap_or(&[]);
-                                // SAFETY: `kva` was resolved through the
-                                // region checked at the segment's header.
-                                unsafe { kmem::copy_to(kva, part) };
-                                off += n;
-                            });
+                        if let Some(t) = &rx.tagged {
+                            let seg = (t.to, u64::from(t.len));
+                            if let Err(e) = t.mem.place(t.stag, qp.pd().id(), seg, t.rights, to, p.data) {
+                                return Err(rx.receiver.reject(remote_code(e)));
+                            }
                         }
                     }
                 },

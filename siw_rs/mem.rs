@@ -192,6 +192,42 @@ impl Mem {
         })
     }
 
+    /// Places `data` at `addr` for a tagged segment received through
+    /// `stag` from protection domain `pd`, after checking the whole segment
+    /// (`len` bytes at `seg_addr`, of which `data` is a piece) as
+    /// [`Mem::check`] does: one hold of the region's lock per piece. A
+    /// refused check places nothing.
+    pub(crate) fn place(
+        &self,
+        stag: u32,
+        pd: usize,
+        seg: (u64, u64),
+        rights: u32,
+        addr: u64,
+        data: &[u8],
+    ) -> Result<(), AccessError> {
+        let s = self.state.lock();
+        self.check_locked(&s, stag, pd, seg.0, seg.1, rights)?;
+        // The piece lies inside the segment (the receiver hands out a
+        // segment's payload in order); checked again, as a region's
+        // bounds are.
+        let end = addr.checked_add(data.len() as u64).ok_or(AccessError::Bounds)?;
+        if addr < seg.0 || end > seg.0.saturating_add(seg.1) {
+            return Err(AccessError::Bounds);
+        }
+        let mut off = 0usize;
+        Self::translate_locked(&s, addr, data.len() as u64, |kva, n| {
+            let part = data.get(off..off.saturating_add(n)).unwrap_or(&[]);
+            // SAFETY: `kva..kva + n` lies in the region, checked above under
+            // the lock that keeps its page list in place (pinned pages of a
+            // process's region, pages a kernel consumer mapped, or, for a
+            // DMA region, the consumer's own kernel memory it exposed for
+            // remote access).
+            unsafe { kmem::copy_to(kva, part) };
+            off = off.saturating_add(n);
+        })
+    }
+
     /// [`Mem::translate`] under the region's lock.
     fn translate_locked(s: &State, addr: u64, len: u64, mut f: impl FnMut(u64, usize)) -> Result<(), AccessError> {
         match s.kind.paged() {
