@@ -669,8 +669,9 @@ impl Conn {
     /// Except for a process that streams small unsignalled work requests
     /// ([`Pace::streaming`]): sent from here, each would go to TCP alone,
     /// one doorbell and one segment per message, all on the process's CPU.
-    /// Its transmit goes to the unbound workqueue instead, whose worker the
-    /// scheduler puts on an idle CPU. While the worker runs the send ring
+    /// Its transmit goes to a worker on another CPU instead, a neighbour of
+    /// the process's ([`crate::wq::enqueue_beside`]), so that the two run
+    /// side by side. While the worker runs the send ring
     /// is not marked idle, so the process goes on posting without system
     /// calls, and the worker gathers the small messages it finds queued
     /// into few socket sends. The process awaits no completion of what it
@@ -679,7 +680,11 @@ impl Conn {
     /// a wake-up per message.)
     pub(crate) fn doorbell(self: &Arc<Self>, quiet: bool) {
         if quiet && self.pace.streaming() {
-            self.kick_on(crate::wq::tx_unbound());
+            if self.claim_tx() {
+                // As in `kick_on`: winning `tx_busy` means the item is not
+                // queued, so this enqueue succeeds.
+                let _ = crate::wq::enqueue_beside::<_, TRANSMIT>(self.qp().qp_num(), self.clone());
+            }
             return;
         }
         if self.claim_tx() {

@@ -379,16 +379,15 @@ struct siw_rs_umem {
 /* Every work item of a connection, listener or handshake runs on one of
  * these module-owned queues, which module exit destroys (draining them) once
  * every device is gone: no work item runs module code after the unload. The
- * transmit queues may be needed to make progress under memory pressure (an
+ * transmit queue may be needed to make progress under memory pressure (an
  * NVMe-oF or NFS/RDMA consumer writing back), hence WQ_MEM_RECLAIM. */
-static struct workqueue_struct *siw_rs_wqs[3];
+static struct workqueue_struct *siw_rs_wqs[2];
 
 int siw_rs_h_wq_init(void)
 {
 	siw_rs_wqs[0] = alloc_workqueue("siw_rs_cm", 0, 0);
 	siw_rs_wqs[1] = alloc_workqueue("siw_rs_tx", WQ_MEM_RECLAIM, 0);
-	siw_rs_wqs[2] = alloc_workqueue("siw_rs_tx_unbound", WQ_UNBOUND | WQ_MEM_RECLAIM, 0);
-	if (siw_rs_wqs[0] && siw_rs_wqs[1] && siw_rs_wqs[2])
+	if (siw_rs_wqs[0] && siw_rs_wqs[1])
 		return 0;
 	siw_rs_h_wq_exit();
 	return -ENOMEM;
@@ -397,6 +396,33 @@ int siw_rs_h_wq_init(void)
 struct workqueue_struct *siw_rs_h_wq(unsigned int which)
 {
 	return siw_rs_wqs[which < ARRAY_SIZE(siw_rs_wqs) ? which : 0];
+}
+
+/* The online CPU after @cpu, wrapping around. */
+static unsigned int siw_rs_next_online(unsigned int cpu)
+{
+	cpu = cpumask_next(cpu, cpu_online_mask);
+	return cpu < nr_cpu_ids ? cpu : cpumask_first(cpu_online_mask);
+}
+
+/*
+ * An online CPU other than the calling one, among the few that follow it
+ * (neighbours, likely sharing its cache), chosen by @hint so that different
+ * connections spread; the calling CPU if it is the only one. A hint for
+ * queue_work_on(), so the CPU may go offline meanwhile (the workqueue then
+ * runs the item elsewhere).
+ */
+int siw_rs_h_other_cpu(unsigned int hint)
+{
+	unsigned int me = raw_smp_processor_id();
+	unsigned int n = num_online_cpus();
+	unsigned int cpu = me, k;
+
+	if (n < 2)
+		return me;
+	for (k = hint % min(n - 1, 8U) + 1; k > 0; k--)
+		cpu = siw_rs_next_online(cpu);
+	return cpu != me ? cpu : siw_rs_next_online(me);
 }
 
 void siw_rs_h_wq_exit(void)

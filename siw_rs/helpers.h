@@ -86,10 +86,12 @@ const u64 *siw_rs_h_umem_pages(struct siw_rs_umem *u, size_t *n);
 void siw_rs_h_umem_put(struct siw_rs_umem *u);
 
 /* The module's workqueues (wq.rs): index 0 the connection manager's, 1 the
- * per-CPU transmit queue, 2 the unbound transmit queue. */
+ * per-CPU transmit queue. siw_rs_h_other_cpu picks the CPU a streaming
+ * process's transmit runs on (wq::enqueue_beside). */
 struct workqueue_struct;
 int siw_rs_h_wq_init(void);
 struct workqueue_struct *siw_rs_h_wq(unsigned int which);
+int siw_rs_h_other_cpu(unsigned int hint);
 void siw_rs_h_wq_exit(void);
 void siw_rs_h_sleep_us(unsigned int us);
 

@@ -10,7 +10,10 @@
 //! reference) could still be running module code after the unload.
 
 use crate::ffi;
-use kernel::{prelude::*, workqueue::Queue};
+use kernel::{
+    prelude::*,
+    workqueue::{Queue, RawWorkItem},
+};
 
 /// Owns the queues from module init; dropping it destroys them.
 pub(crate) struct Queues(());
@@ -52,10 +55,30 @@ pub(crate) fn tx() -> &'static Queue {
     queue(1)
 }
 
-/// The unbound transmit queue: a hand-off from a streaming process runs on
-/// whichever CPU the scheduler finds idle.
-pub(crate) fn tx_unbound() -> &'static Queue {
-    queue(2)
+/// Queues `w` on the per-CPU transmit queue, to run on a CPU other than
+/// the caller's (one of its neighbours, chosen by `hint`; the caller's own
+/// when it is the only CPU). For a process that streams small work
+/// requests: handing its transmit to a worker only gains if the worker
+/// runs beside the process; on the process's own CPU it takes turns with
+/// the posting. (An unbound worker is woken on an idle CPU when there is
+/// one; with none, the scheduler often picks the waker's.)
+pub(crate) fn enqueue_beside<W, const ID: u64>(hint: u32, w: W) -> W::EnqueueOutput
+where
+    W: RawWorkItem<ID> + Send + 'static,
+{
+    // SAFETY: a CPU choice, callable from any context.
+    let cpu = unsafe { ffi::siw_rs_h_other_cpu(hint) };
+    // SAFETY: the queue exists from module init to module exit (see
+    // `queue`).
+    let queue_ptr = unsafe { ffi::siw_rs_h_wq(1) }.cast::<kernel::bindings::workqueue_struct>();
+    // SAFETY: as in `Queue::enqueue`, with a CPU instead of
+    // `WORK_CPU_UNBOUND`: the closure returns false only if the work item is
+    // already queued (what `queue_work_on` returns), `W` is `Send` and
+    // `'static`, and `__enqueue` keeps the pointer valid for the closure's
+    // call and, once queued, until the item runs.
+    unsafe {
+        w.__enqueue(move |work_ptr| kernel::bindings::queue_work_on(cpu, queue_ptr, work_ptr))
+    }
 }
 
 /// Sleeps for about `us` microseconds (process context).
