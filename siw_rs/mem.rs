@@ -194,7 +194,7 @@ impl Mem {
 
     /// Places `data` at `addr` for a tagged segment received through
     /// `stag` from protection domain `pd`, after checking the whole segment
-    /// (`len` bytes at `seg_addr`, of which `data` is a piece) as
+    /// (`seg`: its first byte and length; `data` is a piece of it) as
     /// [`Mem::check`] does: one hold of the region's lock per piece. A
     /// refused check places nothing.
     pub(crate) fn place(
