@@ -1405,7 +1405,12 @@ impl Transmitter {
     }
 
     fn commit_msn(&mut self, m: &MessageTx) {
-        if let Some(slot) = Self::queue_index(m.opcode).and_then(|i| self.msn.get_mut(i)) {
+        self.next_msn_of(m.opcode);
+    }
+
+    /// Consumes the MSN of `op`'s untagged queue (none for a tagged op).
+    fn next_msn_of(&mut self, op: Opcode) {
+        if let Some(slot) = Self::queue_index(op).and_then(|i| self.msn.get_mut(i)) {
             *slot = slot.wrapping_add(1);
         }
     }
@@ -1570,23 +1575,15 @@ impl Transmitter {
         {
             return None;
         }
-        let header_len = if op.is_tagged() {
-            super::ddp::TAGGED_HEADER_LEN
-        } else {
-            UNTAGGED_HEADER_LEN
-        };
-        if !self.extensions.allows(op)
-            || usize::from(self.mulpdu) < header_len.saturating_add(payload.len().max(1))
-        {
-            // Refused, or more than one segment: the general path.
+        if !self.extensions.allows(op) {
+            // Refused: the general path's error.
             return None;
         }
-        let qi = Self::queue_index(op);
-        let msn = match qi {
-            Some(i) => Some(*self.msn.get(i)?),
-            None => None,
+        let msn = match Self::queue_index(op) {
+            Some(i) => *self.msn.get(i)?,
+            None => 0,
         };
-        let target = msg.target(msn.unwrap_or(0));
+        let target = msg.target(msn);
         if let BufferFields::Tagged(t) = target {
             // A TO that would wrap: the general path's error.
             t.to.checked_add(u64::from(msg.payload_len()))?;
@@ -1596,11 +1593,14 @@ impl Transmitter {
             opcode: op.value(),
             buffer: target,
         };
+        if usize::from(self.mulpdu) < header.header_len().saturating_add(payload.len().max(1)) {
+            // More than one segment (or a MULPDU too small): the general
+            // path.
+            return None;
+        }
         let r = Self::write_single(self.crc, &header, payload, crc, out);
         if let Ok(n) = r {
-            if let Some(slot) = qi.and_then(|i| self.msn.get_mut(i)) {
-                *slot = slot.wrapping_add(1);
-            }
+            self.next_msn_of(op);
             self.commit_pos(None, n);
         }
         Some(r)
