@@ -38,10 +38,12 @@ and /usr/bin/python3 is Debian's.
 """
 
 import datetime
+import glob
 import json
 import math
 import os
 import re
+import resource
 import signal
 import statistics
 import subprocess
@@ -284,6 +286,24 @@ class Proc:
                 pass
 
 
+def enable_cores():
+    """A tool that crashes leaves its core in RAW (core.<name>.<pid>), next
+    to its log: the bench's processes inherit an unlimited core size.
+    Returns an error string, or None."""
+    resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    try:
+        with open("/proc/sys/kernel/core_pattern", "w") as f:
+            f.write(os.path.join(RAW, "core.%e.%p"))
+    except OSError as e:
+        return "cores not captured: %s" % e
+    return None
+
+
+def cores():
+    """The core files in RAW, relative to the output directory."""
+    return {"raw/" + os.path.basename(c) for c in glob.glob(os.path.join(RAW, "core.*"))}
+
+
 def listening(ns, port):
     r = sh("ip", "netns", "exec", ns, "ss", "-Hltn", "sport = :%d" % port)
     return bool(r.stdout.strip())
@@ -470,6 +490,7 @@ class Bench:
         rec["client_cmd"] = " ".join(ccmd)
 
         d0 = len(dmesg_lines())
+        c0 = cores()
         ts = time.monotonic()
         server = Proc(["ip", "netns", "exec", sns] + scmd, slog)
         if not wait_listen(sns, port, server):
@@ -499,6 +520,9 @@ class Bench:
             # Over the client's whole life (setup included): a lower bound,
             # and a check of perftest's own clock.
             rec["wire_mb_s"] = round(wire / (t1 - t0) / 1e6, 4)
+        new_cores = sorted(cores() - c0)
+        if new_cores:
+            rec["cores"] = new_cores
         if client.killed:
             rec["client_timeout"] = climit
         if server.killed:
@@ -525,6 +549,7 @@ class Bench:
                       if re.search(r"fail|error|unable|errno|can't|cannot", l, re.I)]
         if not rec["ok"]:
             rec["error"] = "client timed out after %d s" % climit if client.killed else \
+                "client killed by signal %d" % -crc if crc < 0 else \
                 "client exited %s" % crc if crc != 0 else \
                 "perftest could not calibrate its clock (inf)" if rec.get("clock_failure") else \
                 "no result line in the client output"
@@ -692,6 +717,9 @@ def main():
     os.makedirs(RAW, exist_ok=True)
     os.chdir(REPO)
     sh("dmesg", "-n", "1")
+    err = enable_cores()
+    if err:
+        log(err)
 
     b = Bench(st)
     b.meta = collect_meta(st)
