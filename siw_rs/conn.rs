@@ -641,19 +641,22 @@ impl Conn {
 
     /// Queues the transmit work.
     pub(crate) fn kick(self: &Arc<Self>) {
-        self.kick_on(crate::wq::tx());
+        self.kick_with(|c| {
+            let _ = crate::wq::tx().enqueue::<_, TRANSMIT>(c);
+        });
     }
 
-    /// Queues the transmit work on `queue`.
-    fn kick_on(self: &Arc<Self>, queue: &workqueue::Queue) {
+    /// Records the work and, unless a transmit runs or is queued already,
+    /// hands the transmit to `enqueue`.
+    fn kick_with(self: &Arc<Self>, enqueue: impl FnOnce(Arc<Self>)) {
         if !self.claim_tx() {
             return;
         }
         // Winning `tx_busy` means no transmit runs and the item is not
         // queued: `tx_work` clears `tx_busy` only as it returns, after the
-        // workqueue took the item off its queue. So this enqueue succeeds;
+        // workqueue took the item off its queue. So the enqueue succeeds;
         // were the item queued after all, that run would do this work.
-        let _ = queue.enqueue::<_, TRANSMIT>(self.clone());
+        enqueue(self.clone());
     }
 
     /// A process rang its send queue's doorbell (a system call, where
@@ -680,11 +683,10 @@ impl Conn {
     /// a wake-up per message.)
     pub(crate) fn doorbell(self: &Arc<Self>, quiet: bool) {
         if quiet && self.pace.streaming() {
-            if self.claim_tx() {
-                // As in `kick_on`: winning `tx_busy` means the item is not
-                // queued, so this enqueue succeeds.
-                let _ = crate::wq::enqueue_beside::<_, TRANSMIT>(self.qp().qp_num(), self.clone());
-            }
+            let hint = self.qp().qp_num();
+            self.kick_with(|c| {
+                let _ = crate::wq::enqueue_beside::<_, TRANSMIT>(hint, c);
+            });
             return;
         }
         if self.claim_tx() {
@@ -735,7 +737,7 @@ impl Conn {
             if self.starved.swap(false, Ordering::Relaxed) && !self.closing.load(Ordering::Acquire) {
                 if !worker {
                     // This holds `tx_busy`, so the item is not queued (see
-                    // `kick_on`) and the enqueue succeeds; the worker holds
+                    // `kick_with`) and the enqueue succeeds; the worker holds
                     // `tx_busy` from here.
                     let _ = crate::wq::tx().enqueue::<_, TRANSMIT>(self);
                     return;

@@ -35,6 +35,10 @@ impl Drop for Queues {
     }
 }
 
+/// Indices of the module's queues in the C helper (`siw_rs_h_wq`).
+const CM: u32 = 0;
+const TX: u32 = 1;
+
 fn queue(which: u32) -> &'static Queue {
     // SAFETY: the queue exists from module init (`Queues::new`, before any
     // device and so before any caller) until module exit, which destroys it
@@ -46,13 +50,13 @@ fn queue(which: u32) -> &'static Queue {
 /// The connection manager's queue: handshakes, accepts and teardowns, which
 /// may block on the network for a while.
 pub(crate) fn cm() -> &'static Queue {
-    queue(0)
+    queue(CM)
 }
 
 /// The per-CPU transmit queue: a kick from the receive path runs on the CPU
 /// that received.
 pub(crate) fn tx() -> &'static Queue {
-    queue(1)
+    queue(TX)
 }
 
 /// Queues `w` on the per-CPU transmit queue, to run on a CPU other than
@@ -70,7 +74,7 @@ where
     let cpu = unsafe { ffi::siw_rs_h_other_cpu(hint) };
     // SAFETY: the queue exists from module init to module exit (see
     // `queue`).
-    let queue_ptr = unsafe { ffi::siw_rs_h_wq(1) }.cast::<kernel::bindings::workqueue_struct>();
+    let queue_ptr = unsafe { ffi::siw_rs_h_wq(TX) }.cast::<kernel::bindings::workqueue_struct>();
     // SAFETY: as in `Queue::enqueue`, with a CPU instead of
     // `WORK_CPU_UNBOUND`: the closure returns false only if the work item is
     // already queued (what `queue_work_on` returns), `W` is `Send` and

@@ -1404,10 +1404,6 @@ impl Transmitter {
         })
     }
 
-    fn commit_msn(&mut self, m: &MessageTx) {
-        self.next_msn_of(m.opcode);
-    }
-
     /// Consumes the MSN of `op`'s untagged queue (none for a tagged op).
     fn next_msn_of(&mut self, op: Opcode) {
         if let Some(slot) = Self::queue_index(op).and_then(|i| self.msn.get_mut(i)) {
@@ -1422,7 +1418,7 @@ impl Transmitter {
     /// not interleaved on the wire).
     pub fn start(&mut self, msg: &Message) -> Result<MessageTx, TxError> {
         let m = self.prepare(msg)?;
-        self.commit_msn(&m);
+        self.next_msn_of(m.opcode);
         Ok(m)
     }
 
@@ -1699,7 +1695,7 @@ impl Transmitter {
             }
         }
         let n = sink.off;
-        self.commit_msn(&m);
+        self.next_msn_of(m.opcode);
         self.commit_pos(markers, n);
         Ok(n)
     }
