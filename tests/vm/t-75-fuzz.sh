@@ -8,7 +8,8 @@
 # afterwards. Against upstream siw the same fuzzer only reports. The
 # runner checks the kernel log (warnings, KASAN, lockdep) and kmemleak
 # after each test; in test_99, which never loads siw_rs, a report with
-# frames only in siw's module is upstream's and is printed, not failed.
+# frames in siw's module or from iw_cm's work queue is upstream's and is
+# printed, not failed.
 # test_99 sorts after every siw_rs test because such a lockdep report
 # turns lockdep off for the rest of the boot.
 #
@@ -23,7 +24,9 @@
 # running test prints what its processes wait on and ends (default the
 # bound + 600), SIW_RS_FUZZ_ARGS and SIW_RS_FUZZ_SIW_ARGS more fuzzer
 # options for the siw_rs and the siw run (e.g. "--settle-ms 500 --families
-# -bad-crc" to look past a known bug). Reports:
+# -bad-crc" to look past a known bug; the siw run's default leaves out
+# mpa-fields and mpa-p2p-close, see below, and an empty value runs them).
+# Reports:
 # build/fuzz-vm/<device>-<seed>.json, with a line per case in the .log and
 # the kernel log in the .dmesg beside it.
 
@@ -190,8 +193,15 @@ test_99_fuzzer_against_upstream_siw() {
 	fuzz_listener h1 10.55.0.1
 	# siw writes the TERMINATE control field with C bitfields, on x86 with
 	# the layer and type nibbles swapped: read it that way to compare codes.
+	# Not by default the two families that can end in siw's iw_cm BUG
+	# (an accepted peer-to-peer Request, then a FIN before the RTR: siw
+	# may report CLOSE before ESTABLISHED). Its oops can leave a CPU
+	# spinning on the lock the dead worker held, and a guest that hangs
+	# takes the whole VM run's summary with it. The finding is in the
+	# testing guide, with the command that reproduces it.
 	# shellcheck disable=SC2086
-	run_fuzzer siw "$secs" --terminate-order le-bitfield ${SIW_RS_FUZZ_SIW_ARGS:-}
+	run_fuzzer siw "$secs" --terminate-order le-bitfield \
+		${SIW_RS_FUZZ_SIW_ARGS---families -mpa-fields,-mpa-p2p-close}
 	listener_leftovers siw1
 	stop_listener
 	kill "$HANG_WATCH" 2>/dev/null || true

@@ -104,6 +104,10 @@ pub enum Family {
     MpaFields,
     /// Valid MPA Request followed at once by octets (before the Reply).
     MpaEarlyData,
+    /// Valid MPA Request asking for peer-to-peer mode (RFC 6581); once
+    /// accepted, a FIN instead of the RTR: the peer must close, whatever
+    /// order its connection events take.
+    MpaP2pClose,
     /// MPA Request asking for markers; if the peer wants markers from us,
     /// a wrong marker; if it sends us markers, they are checked.
     MpaMarkers,
@@ -172,6 +176,7 @@ impl Family {
         Family::MpaTruncated,
         Family::MpaFields,
         Family::MpaEarlyData,
+        Family::MpaP2pClose,
         Family::MpaMarkers,
         Family::BadCrc,
         Family::Flip,
@@ -210,6 +215,7 @@ impl Family {
             MpaTruncated => "mpa-truncated",
             MpaFields => "mpa-fields",
             MpaEarlyData => "mpa-early-data",
+            MpaP2pClose => "mpa-p2p-close",
             MpaMarkers => "mpa-markers",
             BadCrc => "bad-crc",
             Flip => "flip",
@@ -267,6 +273,7 @@ impl Family {
                 | Family::MpaTruncated
                 | Family::MpaFields
                 | Family::MpaEarlyData
+                | Family::MpaP2pClose
         )
     }
 }
@@ -334,6 +341,13 @@ pub enum Plan {
     MpaEarlyData {
         /// The octets.
         data: Vec<u8>,
+    },
+    /// A valid Request asking for peer-to-peer mode with these RTR types
+    /// (bits: 1 Write, 2 Read, 4 Send; never none), then a FIN once
+    /// accepted.
+    MpaP2pClose {
+        /// RTR types offered.
+        rtr: u8,
     },
     /// Ask for markers.
     MpaMarkers,
@@ -580,7 +594,7 @@ impl Plan {
         match self {
             MpaBadKey { .. } | MpaBadRevision { .. } | MpaPdTooLong { .. } => Expect::NoAccept,
             MpaTruncated { .. } => Expect::GivesUp,
-            MpaFields { .. } | MpaEarlyData { .. } => Expect::Reaction,
+            MpaFields { .. } | MpaEarlyData { .. } | MpaP2pClose { .. } => Expect::Reaction,
             MpaMarkers => Expect::Markers,
             BadCrc { .. } => Expect::Term(CRC_ERROR),
             Flip {
@@ -673,6 +687,13 @@ impl fmt::Display for Plan {
                 "valid MPA Request, then {} octets before the Reply: {}",
                 data.len(),
                 hex(&data[..data.len().min(16)])
+            ),
+            MpaP2pClose { rtr } => write!(
+                f,
+                "MPA Request asking for peer-to-peer mode (RTR{}{}{}), then a FIN instead of the RTR",
+                if rtr & 1 != 0 { " write" } else { "" },
+                if rtr & 2 != 0 { " read" } else { "" },
+                if rtr & 4 != 0 { " send" } else { "" },
             ),
             MpaMarkers => f.write_str("MPA Request asking for markers"),
             BadCrc { bit } => write!(f, "Send with CRC bit {bit} flipped"),
@@ -867,6 +888,9 @@ fn plan(family: Family, r: &mut Rng) -> Plan {
             let n = r.pick_or_range(&[1, 2, 20], 1, 512) as usize;
             Plan::MpaEarlyData { data: r.bytes(n) }
         }
+        F::MpaP2pClose => Plan::MpaP2pClose {
+            rtr: r.range(1, 7) as u8,
+        },
         F::MpaMarkers => Plan::MpaMarkers,
         F::BadCrc => Plan::BadCrc {
             bit: r.below(32) as u8,
@@ -1056,6 +1080,7 @@ mod tests {
             match c.plan {
                 Plan::MpaBadKey { pos, xor } => assert!(pos < 16 && xor != 0),
                 Plan::MpaBadRevision { rev } => assert!(rev >= 3),
+                Plan::MpaP2pClose { rtr } => assert!((1..=7).contains(&rtr)),
                 Plan::MpaPdTooLong { pd_len, sent } => assert!(pd_len > 512 && sent <= pd_len),
                 Plan::BadDdpVersion { dv } => assert_ne!(dv, 1),
                 Plan::BadRdmapVersion { rv } => assert_ne!(rv, 1),

@@ -16,8 +16,8 @@ use iwarp_core::ddp::{
     DdpHeader, CTRL_DV_MASK, CTRL_DV_SHIFT, CTRL_OPCODE_MASK, CTRL_RV_MASK, CTRL_RV_SHIFT,
 };
 use iwarp_core::mpa::{
-    CrcPolicy, EnhancedData, FrameKind, MpaFlags, MpaFrameRepr, Revision, RtrSet, FRAME_HEADER_LEN,
-    KEY_LEN,
+    CrcPolicy, EnhancedData, FrameKind, MpaFlags, MpaFrameRepr, Revision, Rtr, RtrSet,
+    FRAME_HEADER_LEN, KEY_LEN,
 };
 use iwarp_core::rdmap::{Opcode, ReadRequest, QN_SEND};
 use iwarp_core::terminate::{TermCode, TerminateRepr};
@@ -451,6 +451,12 @@ fn establish(addr: &str, t: &Timing, opts: &MpaOptions) -> Result<Session, Outco
 
 /// The valid MPA Request of this tool, with `pd` octets of private data.
 fn request_bytes(crc: bool, pd: usize) -> Vec<u8> {
+    request_with(crc, pd, RtrSet::EMPTY)
+}
+
+/// A valid Request; with RTR types in `rtr`, one asking for peer-to-peer
+/// mode (RFC 6581) with them.
+fn request_with(crc: bool, pd: usize, rtr: RtrSet) -> Vec<u8> {
     let private = vec![0x5a; pd];
     let repr = MpaFrameRepr {
         kind: FrameKind::Request,
@@ -462,8 +468,8 @@ fn request_bytes(crc: bool, pd: usize) -> Vec<u8> {
         enhanced: Some(EnhancedData {
             ird: 1,
             ord: 1,
-            p2p: false,
-            rtr: RtrSet::EMPTY,
+            p2p: !rtr.is_empty(),
+            rtr,
         }),
         private_data: &private,
     };
@@ -600,6 +606,15 @@ fn run_mpa(addr: &str, t: &Timing, case: &Case, sent: &mut String) -> Outcome {
             let mut r = request_bytes(case.crc, 0);
             r.extend_from_slice(data);
             write_raw(&mut stream, &r);
+        }
+        Plan::MpaP2pClose { rtr } => {
+            let mut set = RtrSet::EMPTY;
+            for (bit, t) in [(1, Rtr::Write), (2, Rtr::Read), (4, Rtr::Send)] {
+                if rtr & bit != 0 {
+                    set = set.with(t);
+                }
+            }
+            write_raw(&mut stream, &request_with(case.crc, 0, set));
         }
         p => return Outcome::Error(format!("not an MPA plan: {p:?}")),
     }
