@@ -9,6 +9,8 @@
 
 use std::fmt;
 
+use iwarp_core::mpa::{Rtr, RtrSet};
+
 use iwarp_core::terminate::{
     MpaCode, RemoteOperationCode, RemoteProtectionCode, TaggedCode, TermCode, UntaggedCode,
 };
@@ -284,6 +286,21 @@ impl fmt::Display for Family {
     }
 }
 
+/// The RTR types of [`Plan::MpaP2pClose`]: bit, type, name.
+pub const RTR_BITS: [(u8, Rtr, &str); 3] = [
+    (1, Rtr::Write, "write"),
+    (2, Rtr::Read, "read"),
+    (4, Rtr::Send, "send"),
+];
+
+/// The RTR types named by the bits `rtr` (see [`RTR_BITS`]).
+pub fn rtr_set(rtr: u8) -> RtrSet {
+    RTR_BITS
+        .iter()
+        .filter(|(b, ..)| rtr & b != 0)
+        .fold(RtrSet::EMPTY, |s, &(_, t, _)| s.with(t))
+}
+
 /// How a hostile Write/Read misses the peer's buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Miss {
@@ -343,8 +360,7 @@ pub enum Plan {
         data: Vec<u8>,
     },
     /// A valid Request asking for peer-to-peer mode with these RTR types
-    /// (bits: 1 Write, 2 Read, 4 Send; never none), then a FIN once
-    /// accepted.
+    /// (bits as in [`RTR_BITS`]; never none), then a FIN once accepted.
     MpaP2pClose {
         /// RTR types offered.
         rtr: u8,
@@ -688,13 +704,14 @@ impl fmt::Display for Plan {
                 data.len(),
                 hex(&data[..data.len().min(16)])
             ),
-            MpaP2pClose { rtr } => write!(
-                f,
-                "MPA Request asking for peer-to-peer mode (RTR{}{}{}), then a FIN instead of the RTR",
-                if rtr & 1 != 0 { " write" } else { "" },
-                if rtr & 2 != 0 { " read" } else { "" },
-                if rtr & 4 != 0 { " send" } else { "" },
-            ),
+            MpaP2pClose { rtr } => {
+                let names: Vec<&str> = RTR_BITS.iter().filter(|(b, ..)| rtr & b != 0).map(|&(.., n)| n).collect();
+                write!(
+                    f,
+                    "MPA Request asking for peer-to-peer mode (RTR {}), then a FIN instead of the RTR",
+                    names.join(" ")
+                )
+            }
             MpaMarkers => f.write_str("MPA Request asking for markers"),
             BadCrc { bit } => write!(f, "Send with CRC bit {bit} flipped"),
             Flip {
@@ -1071,6 +1088,17 @@ mod tests {
             assert!(!c.to_string().is_empty());
             let _ = c.expect().to_string();
         }
+    }
+
+    #[test]
+    fn rtr_bits_name_their_types() {
+        assert!(rtr_set(1).contains(Rtr::Write) && !rtr_set(1).contains(Rtr::Read));
+        assert!(rtr_set(2).contains(Rtr::Read) && !rtr_set(2).contains(Rtr::Send));
+        assert!(rtr_set(4).contains(Rtr::Send) && !rtr_set(4).contains(Rtr::Write));
+        assert_eq!(rtr_set(7), RtrSet::ALL);
+        assert!(rtr_set(0).is_empty());
+        let c = Plan::MpaP2pClose { rtr: 5 }.to_string();
+        assert!(c.contains("(RTR write send)"), "{c}");
     }
 
     #[test]

@@ -16,14 +16,14 @@ use iwarp_core::ddp::{
     DdpHeader, CTRL_DV_MASK, CTRL_DV_SHIFT, CTRL_OPCODE_MASK, CTRL_RV_MASK, CTRL_RV_SHIFT,
 };
 use iwarp_core::mpa::{
-    CrcPolicy, EnhancedData, FrameKind, MpaFlags, MpaFrameRepr, Revision, Rtr, RtrSet,
-    FRAME_HEADER_LEN, KEY_LEN,
+    CrcPolicy, EnhancedData, FrameKind, MpaFlags, MpaFrameRepr, Revision, RtrSet, FRAME_HEADER_LEN,
+    KEY_LEN,
 };
 use iwarp_core::rdmap::{Opcode, ReadRequest, QN_SEND};
 use iwarp_core::terminate::{TermCode, TerminateRepr};
 use iwarp_core::tx::Message;
 
-use super::cases::{Case, Expect, Miss, Plan, MARKER_TERM};
+use super::cases::{rtr_set, Case, Expect, Miss, Plan, MARKER_TERM};
 use super::session::{End, Inbound, Session, SINK_STAG, SINK_TO};
 use crate::conn::{self, MpaOptions};
 use crate::error::{term_code_str, Error};
@@ -608,13 +608,7 @@ fn run_mpa(addr: &str, t: &Timing, case: &Case, sent: &mut String) -> Outcome {
             write_raw(&mut stream, &r);
         }
         Plan::MpaP2pClose { rtr } => {
-            let mut set = RtrSet::EMPTY;
-            for (bit, t) in [(1, Rtr::Write), (2, Rtr::Read), (4, Rtr::Send)] {
-                if rtr & bit != 0 {
-                    set = set.with(t);
-                }
-            }
-            write_raw(&mut stream, &request_with(case.crc, 0, set));
+            write_raw(&mut stream, &request_with(case.crc, 0, rtr_set(*rtr)));
         }
         p => return Outcome::Error(format!("not an MPA plan: {p:?}")),
     }
