@@ -19,7 +19,7 @@ use crate::{
     iw::{CmId, ConnParam, IwCm},
     net::Net,
     sync::{new_irq_spinlock, IrqSpinLock},
-    uverbs::Udata,
+    uverbs::{NewFile, Ucontext, Udata, UserVerbs},
     registry,
     verbs::{Cq, CqAttr, Mr, MrKind, Notify, Pd, Qp, QpInitAttr, QpModify, QpQuery, QpSlot, RecvWr, SendWr, Srq, SrqAttr, Verbs, WcSink},
 };
@@ -213,7 +213,7 @@ impl Driver for SiwRs {
     // for an out-of-tree driver, so siw_rs registers as UNKNOWN and keeps its
     // own registry (see registry.rs and Documentation/siw_rs/design.rst).
     const DRIVER_ID: ffi::rdma_driver_id = ffi::RDMA_DRIVER_UNKNOWN;
-    const UVERBS_ABI_VER: u32 = 1;
+    const UVERBS_ABI_VER: u32 = ffi::SIW_RS_ABI_VERSION;
 
     fn query_device(dev: &Device<Self>, attr: &mut DeviceAttr) -> Result {
         let d = dev.data();
@@ -305,6 +305,30 @@ impl Driver for SiwRs {
     }
 }
 
+impl UserVerbs for SiwRs {
+    fn alloc_ucontext(dev: &Device<Self>, uctx: &Ucontext, udata: &Udata) -> Result {
+        // Made before the response, which carries its number, and shown to
+        // the process only once the response is written (dropped instead
+        // if that fails).
+        let db = crate::doorbell::open(&dev.data().qps, uctx.id());
+        let resp = ffi::siw_rs_uresp_alloc_ctx {
+            abi_version: ffi::SIW_RS_ABI_VERSION,
+            max_inline: crate::uwqe::MAX_INLINE,
+            sqe_size: core::mem::size_of::<ffi::siw_rs_sqe>() as u32,
+            rqe_size: core::mem::size_of::<ffi::siw_rs_rqe>() as u32,
+            cqe_size: core::mem::size_of::<ffi::siw_rs_cqe>() as u32,
+            max_sge: ffi::SIW_RS_MAX_SGE,
+            db_fd: db.as_ref().map_or(-1, NewFile::fd),
+            rsvd: 0,
+        };
+        udata.respond(&resp)?;
+        if let Some(f) = db {
+            f.install();
+        }
+        Ok(())
+    }
+}
+
 impl Verbs for SiwRs {
     fn alloc_pd(dev: &Device<Self>, _user: bool) -> Result<()> {
         reserve(&dev.data().counts.pd, MAX_PD)
@@ -361,6 +385,13 @@ impl Verbs for SiwRs {
         .inspect_err(|_| release(&d.counts.qp))
     }
 
+    fn qp_created(qp: &Qp<Self>) {
+        let owner = qp.data().owner();
+        if owner != 0 {
+            qp.device().data().qps.lock().publish(qp.qp_num(), owner);
+        }
+    }
+
     fn modify_qp(qp: &Qp<Self>, attr: &QpModify) -> Result {
         qp::modify(qp, attr)
     }
@@ -410,6 +441,9 @@ impl Verbs for SiwRs {
     fn destroy_qp(qp: &Qp<Self>) {
         let d = qp.device().data();
         d.qps.lock().remove(qp.qp_num());
+        // Out of the table, so no doorbell file finds it any more; wait for
+        // those that did.
+        qp.data().drain_doorbells();
         qp::destroy(qp);
         release(&d.counts.qp);
     }

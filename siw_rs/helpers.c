@@ -5,7 +5,9 @@
 #include <crypto/hash.h>
 #include <linux/cpumask.h>
 #include <linux/delay.h>
+#include <linux/anon_inodes.h>
 #include <linux/etherdevice.h>
+#include <linux/file.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
 #include <linux/ratelimit.h>
@@ -308,6 +310,66 @@ int siw_rs_h_copy_to_udata(struct ib_udata *udata, const void *src, size_t len)
 	if (udata->outlen < len)
 		return -EINVAL;
 	return ib_copy_to_udata(udata, (void *)src, len);
+}
+
+/*
+ * The doorbell file of a ucontext (doorbell.rs): an anonymous file whose
+ * ioctls ring a QP's queues without the uverbs command parsing. Its private
+ * data is the driver's (an Arc, dropped by release); the module stays
+ * loaded while one is open.
+ */
+static long siw_rs_db_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
+{
+	switch (cmd) {
+	case SIW_RS_IOCTL_SQ_DOORBELL:
+		return siw_rs_doorbell_ring(f->private_data, SIW_RS_DB_SQ, arg);
+	case SIW_RS_IOCTL_RQ_DOORBELL:
+		return siw_rs_doorbell_ring(f->private_data, SIW_RS_DB_RQ, arg);
+	default:
+		return -ENOTTY;
+	}
+}
+
+static int siw_rs_db_release(struct inode *inode, struct file *f)
+{
+	siw_rs_doorbell_release(f->private_data);
+	return 0;
+}
+
+static const struct file_operations siw_rs_db_fops = {
+	.owner = THIS_MODULE,
+	.unlocked_ioctl = siw_rs_db_ioctl,
+	/* The argument is a number, not a pointer: no translation needed. */
+	.compat_ioctl = siw_rs_db_ioctl,
+	.release = siw_rs_db_release,
+	.llseek = noop_llseek,
+};
+
+int siw_rs_h_db_file_open(void *priv, struct file **file)
+{
+	int fd = get_unused_fd_flags(O_CLOEXEC);
+	struct file *f;
+
+	if (fd < 0)
+		return fd;
+	f = anon_inode_getfile("[siw_rs_doorbell]", &siw_rs_db_fops, priv, O_RDWR | O_CLOEXEC);
+	if (IS_ERR(f)) {
+		put_unused_fd(fd);
+		return PTR_ERR(f);
+	}
+	*file = f;
+	return fd;
+}
+
+void siw_rs_h_db_file_install(int fd, struct file *file)
+{
+	fd_install(fd, file);
+}
+
+void siw_rs_h_db_file_discard(int fd, struct file *file)
+{
+	put_unused_fd(fd);
+	fput(file);
 }
 
 /* A ring: vmalloc_user memory behind an mmap entry of the ucontext. The

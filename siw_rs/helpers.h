@@ -85,6 +85,25 @@ struct siw_rs_umem *siw_rs_h_umem_get(struct ib_device *dev, u64 start, u64 len,
 const u64 *siw_rs_h_umem_pages(struct siw_rs_umem *u, size_t *n);
 void siw_rs_h_umem_put(struct siw_rs_umem *u);
 
+/*
+ * The doorbell file of a ucontext (uverbs.rs wraps it, doorbell.rs
+ * implements the two callbacks). open reserves a file number in the calling
+ * process and makes the file with private data priv, owned by the file from
+ * then on (release gets it back); it returns the number or a negative
+ * errno, and on error priv is not taken. install makes the file visible to
+ * the process; discard gives the number back and drops the file instead.
+ */
+struct file;
+enum siw_rs_db_queue {
+	SIW_RS_DB_SQ = 0,
+	SIW_RS_DB_RQ = 1,
+};
+int siw_rs_h_db_file_open(void *priv, struct file **file);
+void siw_rs_h_db_file_install(int fd, struct file *file);
+void siw_rs_h_db_file_discard(int fd, struct file *file);
+int siw_rs_doorbell_ring(void *priv, int queue, unsigned long qp_id);
+void siw_rs_doorbell_release(void *priv);
+
 /* The module's workqueues (wq.rs): index 0 the connection manager's, 1 the
  * per-CPU transmit queue. siw_rs_h_other_cpu picks the CPU a streaming
  * process's transmit runs on (wq::enqueue_beside). */

@@ -85,7 +85,7 @@ unsafe impl<T: Driver> Send for Device<T> {}
 // SAFETY: as above.
 unsafe impl<T: Driver> Sync for Device<T> {}
 
-impl<T: crate::iw::IwCm> Device<T> {
+impl<T: crate::iw::IwCm + crate::uverbs::UserVerbs> Device<T> {
     /// Allocates a device holding `data`, with `T`'s callbacks installed.
     ///
     /// The result is owned by the caller until [`NewDevice::register`]
@@ -123,7 +123,7 @@ impl<T: crate::iw::IwCm> Device<T> {
         };
         crate::verbs::install::<T>(&mut ops);
         crate::iw::install::<T>(&mut ops);
-        crate::uverbs::install(&mut ops);
+        crate::uverbs::install::<T>(&mut ops);
         // SAFETY: `raw` is a valid `ib_device`; the core copies `ops`, so a
         // stack value is fine. From here on `ib_dealloc_device` runs
         // `dealloc_driver_cb`, which drops `data`.

@@ -47,7 +47,7 @@ use crate::{
 };
 use core::{
     ptr::NonNull,
-    sync::atomic::{fence, Ordering},
+    sync::atomic::{fence, AtomicU32, Ordering},
 };
 use kernel::{
     new_condvar,
@@ -249,6 +249,12 @@ pub(crate) struct QpCore {
     stags: Arc<Stags>,
     /// The rings of a process's QP.
     user: Option<UserQueues>,
+    /// The identity of the process context that created it
+    /// ([`Ucontext::id`]); 0 for a kernel consumer's QP.
+    owner: u64,
+    /// Doorbells rung through the context's doorbell file that have not
+    /// returned yet (see [`QpCore::drain_doorbells`]).
+    doorbells: AtomicU32,
     #[pin]
     inner: IrqSpinLock<Inner>,
     /// Signalled when the connection unlinks itself or a CM reference goes.
@@ -336,6 +342,8 @@ impl QpCore {
                 has_srq: attr.has_srq,
                 stags,
                 user,
+                owner: uctx.map_or(0, Ucontext::id),
+                doorbells: AtomicU32::new(0),
                 inner <- new_irq_spinlock!(inner, "siw_rs_qp"),
                 idle <- new_condvar!("siw_rs_qp_idle"),
             }),
@@ -1354,6 +1362,36 @@ pub(crate) fn cm_ref(qp: &Qp<SiwRs>) {
     inner.cm_refs = inner.cm_refs.saturating_add(1);
 }
 
+impl QpCore {
+    /// The process context that created the QP ([`Ucontext::id`]), 0 for
+    /// a kernel consumer's.
+    pub(crate) fn owner(&self) -> u64 {
+        self.owner
+    }
+
+    /// A doorbell file starts ringing the QP. Called under the QP table's
+    /// lock with the QP in the table, so [`QpCore::drain_doorbells`], which
+    /// runs after the QP left the table, sees it.
+    pub(crate) fn doorbell_enter(&self) {
+        self.doorbells.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// That doorbell returned; the QP is not touched by it any more.
+    pub(crate) fn doorbell_exit(&self) {
+        self.doorbells.fetch_sub(1, Ordering::Release);
+    }
+
+    /// Waits until every doorbell that found the QP in the table has
+    /// returned. Called after it left the table (so none can start), before
+    /// it is destroyed. A doorbell sends at most until the socket is full,
+    /// so the wait is short; a sleep between looks keeps it off the CPU.
+    pub(crate) fn drain_doorbells(&self) {
+        while self.doorbells.load(Ordering::Acquire) != 0 {
+            crate::wq::sleep_us(50);
+        }
+    }
+}
+
 /// `iw_rem_ref`.
 pub(crate) fn cm_unref(qp: &Qp<SiwRs>) {
     let core = qp.data();
@@ -1364,10 +1402,18 @@ pub(crate) fn cm_unref(qp: &Qp<SiwRs>) {
     core.idle.notify_all();
 }
 
-/// QP numbers of a device, for `iw_get_qp`.
+/// QP numbers of a device, for `iw_get_qp` and the doorbell files.
 pub(crate) struct QpTable {
-    slots: KVVec<Option<NonNull<crate::ffi::ib_qp>>>,
+    slots: KVVec<Option<QpEntry>>,
     next: usize,
+}
+
+/// A QP in the table, and the process context that may ring it through its
+/// doorbell file (0: none, a kernel QP or one not yet published).
+#[derive(Clone, Copy)]
+struct QpEntry {
+    qp: NonNull<crate::ffi::ib_qp>,
+    owner: u64,
 }
 
 // SAFETY: the table stores identities of QPs; it is only read under its
@@ -1384,29 +1430,52 @@ impl QpTable {
         Ok(QpTable { slots: KVVec::from_elem(None, n, GFP_KERNEL)?, next: FIRST_QPN })
     }
 
-    /// Enters a QP; returns its number.
+    /// Enters a QP; returns its number. Its doorbell file cannot reach it
+    /// until [`QpTable::publish`].
     pub(crate) fn insert(&mut self, qp: NonNull<crate::ffi::ib_qp>) -> Result<u32> {
         let n = self.slots.len();
         for _ in 0..n {
             let i = if self.next >= n { FIRST_QPN } else { self.next };
             self.next = i + 1;
             if let Some(slot @ None) = self.slots.get_mut(i) {
-                *slot = Some(qp);
+                *slot = Some(QpEntry { qp, owner: 0 });
                 return u32::try_from(i).map_err(|_| ENOMEM);
             }
         }
         Err(ENOMEM)
     }
 
+    /// Lets the doorbell file of context `owner` ring QP `qpn`: called once
+    /// the QP's data is in place.
+    pub(crate) fn publish(&mut self, qpn: u32, owner: u64) {
+        if let Some(Some(e)) = self.slot_mut(qpn) {
+            e.owner = owner;
+        }
+    }
+
     /// Removes QP number `qpn`.
     pub(crate) fn remove(&mut self, qpn: u32) {
-        if let Some(slot) = usize::try_from(qpn).ok().and_then(|i| self.slots.get_mut(i)) {
+        if let Some(slot) = self.slot_mut(qpn) {
             *slot = None;
         }
     }
 
+    fn slot_mut(&mut self, qpn: u32) -> Option<&mut Option<QpEntry>> {
+        usize::try_from(qpn).ok().and_then(|i| self.slots.get_mut(i))
+    }
+
+    fn entry(&self, qpn: u32) -> Option<QpEntry> {
+        usize::try_from(qpn).ok().and_then(|i| self.slots.get(i)).copied().flatten()
+    }
+
     /// The QP with number `qpn`.
     pub(crate) fn get(&self, qpn: u32) -> Option<NonNull<crate::ffi::ib_qp>> {
-        usize::try_from(qpn).ok().and_then(|i| self.slots.get(i)).copied().flatten()
+        self.entry(qpn).map(|e| e.qp)
+    }
+
+    /// QP `qpn` if the doorbell file of context `owner` (not 0) may ring
+    /// it: published by that context.
+    pub(crate) fn get_owned(&self, qpn: u32, owner: u64) -> Option<NonNull<crate::ffi::ib_qp>> {
+        self.entry(qpn).filter(|e| owner != 0 && e.owner == owner).map(|e| e.qp)
     }
 }

@@ -20,6 +20,7 @@ mod conn;
 mod crc;
 mod cq;
 mod device;
+mod doorbell;
 mod ffi;
 mod ib;
 mod iw;

@@ -18,7 +18,7 @@ use core::{
     ptr::NonNull,
     sync::atomic::{AtomicU32, AtomicU64, Ordering},
 };
-use kernel::{error::from_result, ffi::c_int, prelude::*};
+use kernel::{build_assert, error::from_result, ffi::c_int, prelude::*, types::ForeignOwnable};
 
 /// Offset of the entries from the start of a ring mapping.
 const ENTRIES_OFFSET: usize = ffi::SIW_RS_RING_ENTRIES_OFFSET as usize;
@@ -186,8 +186,90 @@ impl Drop for UserRing {
 }
 
 /// A process's verbs context, as the driver needs it: where its rings are
-/// mapped from.
+/// mapped from, and its identity.
 pub(crate) struct Ucontext(NonNull<ffi::ib_ucontext>);
+
+/// The core's `ib_ucontext` followed by the driver's part (the core
+/// allocates `size_ib_ucontext` octets, zeroed).
+#[repr(C)]
+struct UctxObj {
+    ib: kernel::types::Opaque<ffi::ib_ucontext>,
+    /// A number no other context of this module has had, given in
+    /// `alloc_ucontext` (0 before).
+    id: u64,
+}
+
+/// The next context's identity; never 0.
+static NEXT_UCTX_ID: AtomicU64 = AtomicU64::new(1);
+
+impl Ucontext {
+    /// The context's identity: unique among every context this module has
+    /// seen, so it still tells contexts apart after this one is freed and
+    /// another takes its memory.
+    pub(crate) fn id(&self) -> u64 {
+        // SAFETY: every ucontext of a siw_rs device is a `UctxObj`
+        // (`size_ib_ucontext`, set by `install`), live while the command
+        // that gave `self` runs; `id` is written once, in
+        // `alloc_ucontext_cb`, before the context is published.
+        unsafe { (*self.0.as_ptr().cast::<UctxObj>()).id }
+    }
+}
+
+/// A file made for the calling process but not yet visible to it: a
+/// reserved file number and the file. [`NewFile::install`] hands both to
+/// the process; dropping it instead gives the number back and drops the
+/// file (whose release drops its private data).
+///
+/// # Invariants
+///
+/// `fd` is a number reserved in the process that made this, and `file` a
+/// file holding one reference owned by this value, until `install` or drop.
+pub(crate) struct NewFile {
+    fd: c_int,
+    file: NonNull<ffi::file>,
+}
+
+impl NewFile {
+    /// Makes a doorbell file (see `helpers.c`) whose private data is
+    /// `data`: the file owns it from here, and its release gives it to
+    /// `crate::doorbell`'s release callback.
+    pub(crate) fn doorbell<D: ForeignOwnable>(data: D) -> Result<Self> {
+        let p = data.into_foreign();
+        let mut file = core::ptr::null_mut();
+        // SAFETY: `p` stays valid until the file's release (or, on error,
+        // until it is taken back below); `file` is a valid out-pointer.
+        let fd = unsafe { ffi::siw_rs_h_db_file_open(p.cast_mut(), &mut file) };
+        match NonNull::new(file) {
+            Some(file) if fd >= 0 => Ok(NewFile { fd, file }),
+            _ => {
+                // SAFETY: the helper failed, so it did not take `p`, which
+                // came from `into_foreign` above and is reclaimed once.
+                drop(unsafe { D::from_foreign(p) });
+                Err(if fd < 0 { Error::from_errno(fd) } else { ENOMEM })
+            }
+        }
+    }
+
+    /// The reserved file number.
+    pub(crate) fn fd(&self) -> c_int {
+        self.fd
+    }
+
+    /// Makes the file visible to the process under [`NewFile::fd`].
+    pub(crate) fn install(self) {
+        let this = core::mem::ManuallyDrop::new(self);
+        // SAFETY: by the invariants; `this` is not dropped, so the number
+        // and the reference go to the process exactly once.
+        unsafe { ffi::siw_rs_h_db_file_install(this.fd, this.file.as_ptr()) };
+    }
+}
+
+impl Drop for NewFile {
+    fn drop(&mut self) {
+        // SAFETY: by the invariants; not installed, so both are still ours.
+        unsafe { ffi::siw_rs_h_db_file_discard(self.fd, self.file.as_ptr()) };
+    }
+}
 
 /// Driver data of a user command (`struct ib_udata`).
 pub(crate) struct Udata(NonNull<ffi::ib_udata>);
@@ -290,30 +372,38 @@ pub(crate) fn exit() {
     unsafe { ffi::siw_rs_h_umem_exit() };
 }
 
+/// The user-context half of a driver.
+pub(crate) trait UserVerbs: crate::ib::Driver {
+    /// A process opened a context on `dev`: write the driver's response.
+    /// `uctx` has its identity already.
+    fn alloc_ucontext(dev: &crate::ib::Device<Self>, uctx: &Ucontext, udata: &Udata) -> Result;
+}
+
 /// Installs the ucontext, mmap and sysfs parts of the device ops.
-pub(crate) fn install(ops: &mut ffi::ib_device_ops) {
-    ops.alloc_ucontext = Some(alloc_ucontext_cb);
+pub(crate) fn install<T: UserVerbs>(ops: &mut ffi::ib_device_ops) {
+    ops.alloc_ucontext = Some(alloc_ucontext_cb::<T>);
     ops.dealloc_ucontext = Some(dealloc_ucontext_cb);
     ops.mmap = Some(ffi::siw_rs_h_mmap);
     ops.mmap_free = Some(ffi::siw_rs_h_mmap_free);
-    ops.size_ib_ucontext = size_of::<ffi::ib_ucontext>();
+    ops.size_ib_ucontext = size_of::<UctxObj>();
+    // The core allocates it with kzalloc, which aligns to at least 8.
+    build_assert!(core::mem::align_of::<UctxObj>() <= 8);
     // A static of the C helper object, never written.
     ops.device_group = &raw const ffi::siw_rs_h_attr_group;
 }
 
-unsafe extern "C" fn alloc_ucontext_cb(_uctx: *mut ffi::ib_ucontext, udata: *mut ffi::ib_udata) -> c_int {
+unsafe extern "C" fn alloc_ucontext_cb<T: UserVerbs>(uctx: *mut ffi::ib_ucontext, udata: *mut ffi::ib_udata) -> c_int {
     from_result(|| {
+        let uctx = NonNull::new(uctx).ok_or(EINVAL)?;
+        // SAFETY: the core passes a fresh context of `size_ib_ucontext`
+        // octets (a `UctxObj`), not yet visible to anyone else.
+        unsafe { (*uctx.as_ptr().cast::<UctxObj>()).id = NEXT_UCTX_ID.fetch_add(1, Ordering::Relaxed) };
         // SAFETY: the core passes the command's udata.
         let udata = unsafe { Udata::from_raw(udata) }.ok_or(EINVAL)?;
-        let resp = ffi::siw_rs_uresp_alloc_ctx {
-            abi_version: ffi::SIW_RS_ABI_VERSION,
-            max_inline: crate::uwqe::MAX_INLINE,
-            sqe_size: size_of::<ffi::siw_rs_sqe>() as u32,
-            rqe_size: size_of::<ffi::siw_rs_rqe>() as u32,
-            cqe_size: size_of::<ffi::siw_rs_cqe>() as u32,
-            max_sge: ffi::SIW_RS_MAX_SGE,
-        };
-        udata.respond(&resp)?;
+        // SAFETY: the core set `device` before calling the driver; the
+        // device is one of `T`'s and outlives its contexts.
+        let dev = unsafe { crate::ib::Device::<T>::from_raw((*uctx.as_ptr()).device) };
+        T::alloc_ucontext(dev, &Ucontext(uctx), &udata)?;
         Ok(0)
     })
 }

@@ -727,6 +727,10 @@ pub(crate) trait Verbs: Driver {
     /// response.
     fn create_qp(pd: &Pd<Self>, attr: &mut QpInitAttr, qp: QpSlot<Self>, udata: Option<&Udata>)
         -> Result<(Self::Qp, u32)>;
+    /// The QP's data and number are in place (after a successful
+    /// `create_qp`). The core may still fail the creation after this; it
+    /// then calls `destroy_qp`.
+    fn qp_created(qp: &Qp<Self>);
     /// Applies `attr`.
     fn modify_qp(qp: &Qp<Self>, attr: &QpModify) -> Result;
     /// Reports the QP's attributes.
@@ -924,6 +928,9 @@ unsafe extern "C" fn create_qp_cb<T: Verbs>(
             Qp::<T>::init_data(qp, data);
             (*qp).qp_num = qpn;
         }
+        // SAFETY: the QP's data was just initialised; the core holds it
+        // for the call.
+        T::qp_created(unsafe { Qp::<T>::from_raw(qp) });
         Ok(0)
     })
 }

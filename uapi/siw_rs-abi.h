@@ -23,11 +23,13 @@
  *   A ring of garbage can only fail the QP it belongs to.
  * - Doorbell: after storing sq.prod the provider issues a full fence and
  *   reads ctrl.kflags; only if SIW_RS_KF_SQ_IDLE is set does it make the
- *   doorbell system call (IB_USER_VERBS_CMD_POST_SEND with no work
- *   requests). The kernel sets the flag, issues a full fence and reads prod
- *   once more before it stops working on the queue, so no posted entry is
- *   left behind (Dekker). Receive queues need no doorbell: the kernel reads
- *   them when a message arrives.
+ *   doorbell system call: ioctl(db_fd, SIW_RS_IOCTL_SQ_DOORBELL, qp_id) on
+ *   the context's doorbell file (db_fd of the get-context response), or,
+ *   where there is none, IB_USER_VERBS_CMD_POST_SEND with no work requests
+ *   on the uverbs file. The kernel sets the flag, issues a full fence and
+ *   reads prod once more before it stops working on the queue, so no posted
+ *   entry is left behind (Dekker). Receive queues need no doorbell: the
+ *   kernel reads them when a message arrives.
  * - Completion queue: the kernel produces, userspace consumes. The kernel
  *   writes a CQE, then stores prod (release); the provider loads prod
  *   (acquire), reads CQEs and stores cons (release). Arming is a store of
@@ -38,7 +40,8 @@
  *   with a completion is never lost.
  * - SIW_RS_KF_ERROR in a work queue's kflags: the QP is in ERROR; entries
  *   posted from then on are flushed when the queue's doorbell is rung (for
- *   the RQ: IB_USER_VERBS_CMD_POST_RECV with no work requests).
+ *   the RQ: SIW_RS_IOCTL_RQ_DOORBELL, or IB_USER_VERBS_CMD_POST_RECV with
+ *   no work requests).
  * - Indices are free-running 32-bit counters; a ring holds at most n
  *   entries (prod - cons <= n).
  */
@@ -47,7 +50,7 @@
 
 #include <linux/types.h>
 
-#define SIW_RS_ABI_VERSION 1
+#define SIW_RS_ABI_VERSION 2
 
 /* Name of the sysfs attribute (under the ib_device) that marks a device. */
 #define SIW_RS_ABI_SYSFS_ATTR "siw_rs_abi"
@@ -154,6 +157,20 @@ struct siw_rs_cqe {
 	__u32 rsvd1;
 };
 
+/*
+ * The doorbell file: a file the kernel opens in the process for each
+ * context (close-on-exec), its number in siw_rs_uresp_alloc_ctx.db_fd. Its
+ * ioctls ring a queue of a QP of that context, the QP named by qp_id (the
+ * create-QP response's) passed as the argument itself, not a pointer. 0, or
+ * -1 with errno EINVAL when no QP of the context has that number (another
+ * context's, destroyed, a kernel QP) and ENOTTY for another request. It
+ * refers to the context, not the device: once the context is gone its
+ * ioctls fail with EINVAL, and closing it ends nothing but the file.
+ */
+#define SIW_RS_IOCTL_TYPE 0x1b /* RDMA_IOCTL_MAGIC; numbers from 0x80 */
+#define SIW_RS_IOCTL_SQ_DOORBELL _IO(SIW_RS_IOCTL_TYPE, 0x80)
+#define SIW_RS_IOCTL_RQ_DOORBELL _IO(SIW_RS_IOCTL_TYPE, 0x81)
+
 /* Command responses (driver data after the generic uverbs response). */
 struct siw_rs_uresp_alloc_ctx {
 	__u32 abi_version;
@@ -162,6 +179,10 @@ struct siw_rs_uresp_alloc_ctx {
 	__u32 rqe_size;
 	__u32 cqe_size;
 	__u32 max_sge;
+	__s32 db_fd;           /* the doorbell file, or -1: none could be
+				* opened (the process is out of file
+				* numbers), ring through the uverbs file */
+	__u32 rsvd;
 };
 
 struct siw_rs_uresp_create_cq {

@@ -78,6 +78,21 @@ pub struct Limits {
     pub max_inline: u32,
 }
 
+/// `ioctl(2)` request of the doorbell file that rings a send queue.
+pub const IOCTL_SQ_DOORBELL: u32 = sys::SIW_RS_PROVIDER_SQ_DOORBELL;
+/// `ioctl(2)` request of the doorbell file that rings a receive queue.
+pub const IOCTL_RQ_DOORBELL: u32 = sys::SIW_RS_PROVIDER_RQ_DOORBELL;
+
+/// The doorbell file the kernel opened for a context, if any: `db_fd` of
+/// the alloc_context response, a file number or -1.
+pub fn doorbell_fd(r: &sys::siw_rs_uresp_alloc_ctx) -> Result<Option<i32>, String> {
+    match r.db_fd {
+        -1 => Ok(None),
+        fd if fd >= 0 => Ok(Some(fd)),
+        fd => Err(format!("kernel doorbell file number {fd}")),
+    }
+}
+
 /// Checks the driver part of the alloc_context response against what this
 /// provider was built for.
 pub fn check_alloc_ctx(r: &sys::siw_rs_uresp_alloc_ctx) -> Result<Limits, String> {
@@ -161,6 +176,8 @@ mod tests {
             rqe_size: size_of::<Rqe>() as u32,
             cqe_size: size_of::<Cqe>() as u32,
             max_sge: MAX_SGE,
+            db_fd: -1,
+            rsvd: 0,
         }
     }
 
@@ -188,8 +205,10 @@ mod tests {
             })
         );
         let mut r = good_ctx();
-        r.abi_version = 2;
-        assert!(check_alloc_ctx(&r).unwrap_err().contains("ABI 2"));
+        r.abi_version = ABI_VERSION + 1;
+        assert!(check_alloc_ctx(&r)
+            .unwrap_err()
+            .contains(&format!("ABI {}", ABI_VERSION + 1)));
         let mut r = good_ctx();
         r.sqe_size = 64;
         assert!(check_alloc_ctx(&r).unwrap_err().contains("sqe"));
@@ -199,6 +218,21 @@ mod tests {
         let mut r = good_ctx();
         r.max_sge = 0;
         assert!(check_alloc_ctx(&r).is_err());
+    }
+
+    #[test]
+    fn doorbell_file() {
+        let mut r = good_ctx();
+        assert_eq!(doorbell_fd(&r), Ok(None));
+        r.db_fd = 0;
+        assert_eq!(doorbell_fd(&r), Ok(Some(0)));
+        r.db_fd = 7;
+        assert_eq!(doorbell_fd(&r), Ok(Some(7)));
+        r.db_fd = -2;
+        assert!(doorbell_fd(&r).unwrap_err().contains("-2"));
+        // _IO(0x1b, nr): no direction, no size.
+        assert_eq!(IOCTL_SQ_DOORBELL, 0x1b80);
+        assert_eq!(IOCTL_RQ_DOORBELL, 0x1b81);
     }
 
     #[test]

@@ -144,9 +144,13 @@ fn fake_sysfs(root: &Path) {
         fs::write(p, v).unwrap();
     };
     w("class/infiniband_verbs/abi_version", "6\n");
+    // siw_rs0 has the provider's ABI, siw_rs1 the next one; the uverbs
+    // ABI a siw_rs device reports is its siw_rs ABI (siw reports 1).
+    let abi = siw_rs::abi::ABI_VERSION;
+    let (ours, next) = (abi.to_string(), (abi + 1).to_string());
     let devs = [
-        ("siw_rs0", Some("1")),
-        ("siw_rs1", Some("2")),
+        ("siw_rs0", Some(ours.as_str())),
+        ("siw_rs1", Some(next.as_str())),
         ("siw0", None),
     ];
     for (i, (name, abi)) in devs.iter().enumerate() {
@@ -160,7 +164,7 @@ fn fake_sysfs(root: &Path) {
         );
         w(
             &format!("class/infiniband_verbs/uverbs{i}/abi_version"),
-            "1\n",
+            &format!("{}\n", abi.unwrap_or("1")),
         );
         w(&format!("class/infiniband/{name}/node_type"), "4: RNIC\n");
         w(
@@ -217,7 +221,7 @@ fn binds_only_to_siw_rs_devices_of_its_abi() {
     );
     assert!(
         !listed(with, "siw_rs1"),
-        "siw_rs1 (ABI 2) claimed:\n{stdout}"
+        "siw_rs1 (the next ABI) claimed:\n{stdout}"
     );
     assert!(!listed(with, "siw0"), "upstream siw0 claimed:\n{stdout}");
     assert!(

@@ -156,6 +156,9 @@ unsafe extern "C" fn uninit_device(vdev: *mut sys::verbs_device) {
 pub(crate) struct Context {
     vctx: verbs_context,
     limits: Limits,
+    /// The context's doorbell file (closed with the context), or `None`:
+    /// doorbells go through the uverbs command file.
+    db_fd: Option<c_int>,
 }
 
 impl Context {
@@ -229,7 +232,10 @@ unsafe extern "C" fn alloc_context(
         return null_mut();
     }
     // SAFETY: ctx is a fresh, initialized, exclusively owned Context.
-    let vctx = unsafe { &raw mut (*ctx).vctx };
+    let vctx = unsafe {
+        (&raw mut (*ctx).db_fd).write(None);
+        &raw mut (*ctx).vctx
+    };
     // SAFETY: all-zero is valid for these C command/response structs.
     let (mut cmd, mut resp) = unsafe {
         (
@@ -247,26 +253,41 @@ unsafe extern "C" fn alloc_context(
             size_of::<AllocCtxResp>(),
         )
     };
-    let limits = if ret != 0 {
+    let checked = if ret != 0 {
         Err(ret)
     } else {
-        abi::check_alloc_ctx(&resp.drv).map_err(|msg| {
-            // SAFETY: vctx is initialized (context.device is set).
-            log_err(unsafe { &raw mut (*vctx).context }, &msg);
-            libc::EPROTO
-        })
+        // A doorbell file the kernel opened belongs to this context even
+        // when the rest of the response is refused: closed below then.
+        if resp.drv.abi_version == abi::ABI_VERSION && resp.drv.db_fd >= 0 {
+            // SAFETY: ctx is exclusively ours.
+            unsafe { (*ctx).db_fd = Some(resp.drv.db_fd) };
+        }
+        abi::check_alloc_ctx(&resp.drv)
+            .and_then(|limits| Ok((limits, abi::doorbell_fd(&resp.drv)?)))
+            .map_err(|msg| {
+                // SAFETY: vctx is initialized (context.device is set).
+                log_err(unsafe { &raw mut (*vctx).context }, &msg);
+                libc::EPROTO
+            })
     };
-    match limits {
-        Ok(limits) => {
+    match checked {
+        Ok((limits, db_fd)) => {
             // SAFETY: ctx is valid and exclusively ours; CONTEXT_OPS is
             // 'static.
             unsafe {
                 (*ctx).limits = limits;
+                (*ctx).db_fd = db_fd;
                 sys::verbs_set_ops(vctx, &CONTEXT_OPS);
             }
             vctx
         }
         Err(e) => {
+            // SAFETY: ctx is exclusively ours; the file, if any, is this
+            // context's and nothing else knows it.
+            if let Some(fd) = unsafe { (*ctx).db_fd.take() } {
+                // SAFETY: closing a file this context owns.
+                unsafe { libc::close(fd) };
+            }
             // SAFETY: undo _verbs_init_and_alloc_context (which calloc'ed).
             unsafe {
                 sys::verbs_uninit_context(vctx);
@@ -282,6 +303,10 @@ unsafe extern "C" fn free_context(ibctx: *mut ibv_context) {
     // calloc'ed by _verbs_init_and_alloc_context.
     unsafe {
         let ctx = (Context::from_ibv(ibctx) as *const Context).cast_mut();
+        if let Some(fd) = (*ctx).db_fd {
+            // The context's own doorbell file: nothing rings it any more.
+            libc::close(fd);
+        }
         sys::verbs_uninit_context(&raw mut (*ctx).vctx);
         libc::free(ctx.cast());
     }

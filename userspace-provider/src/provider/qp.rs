@@ -301,18 +301,54 @@ struct PostSendCmd {
     cmd: sys::ib_uverbs_post_send,
 }
 
-/// Rings the send queue doorbell: POST_SEND with no work requests.
+/// Rings a queue through the context's doorbell file: `ioctl(2)` with the
+/// QP number. `None` when the context has no such file, or the call
+/// failed (the caller then rings through the command file, whose error is
+/// the one to report: the doorbell file can only have failed if the
+/// application closed or replaced its file number).
+///
+/// # Safety
+/// `qp` is a live QP of this provider.
+unsafe fn ring_doorbell_file(qp: *mut ibv_qp, request: u32) -> Option<()> {
+    // SAFETY: qp and its context are live (caller); the context is ours.
+    let (ctx, qpn) = unsafe { (Context::from_ibv((*qp).context), (*qp).qp_num) };
+    let fd = ctx.db_fd?;
+    // SAFETY: an ioctl whose argument is a number, not a pointer.
+    let r = unsafe { libc::ioctl(fd, request as libc::c_ulong, libc::c_ulong::from(qpn)) };
+    (r == 0).then_some(())
+}
+
+/// Rings the send queue doorbell: through the context's doorbell file,
+/// else POST_SEND with no work requests.
+///
+/// The doorbell file's ioctl goes straight to the driver; the command
+/// file's POST_SEND passes the RDMA core's command parsing and object
+/// lookup first, about 1.7 us more per doorbell under TCG. A doorbell is
+/// rung once per burst of posts, often once per message, so that is on the
+/// latency path.
+///
+/// # Safety
+/// `qp` is a live QP of this provider.
+unsafe fn doorbell(qp: *mut ibv_qp) -> c_int {
+    // SAFETY: per the caller.
+    if unsafe { ring_doorbell_file(qp, abi::IOCTL_SQ_DOORBELL) }.is_some() {
+        return 0;
+    }
+    // SAFETY: per the caller.
+    unsafe { doorbell_cmd(qp) }
+}
+
+/// The send queue doorbell as a command: POST_SEND with no work requests.
 ///
 /// Written to the command file directly, as upstream siw's provider does,
 /// rather than through `ibv_cmd_post_send`: libibverbs sends that as an
 /// ioctl (`INVOKE_WRITE`) whenever the kernel has the ioctl interface, and
 /// the kernel's ioctl path (attribute bundle, security hook) costs more per
-/// call than the write path. A doorbell is rung once per burst of posts,
-/// often once per message, so that difference is on the latency path.
+/// call than the write path.
 ///
 /// # Safety
 /// `qp` is a live QP of this provider.
-unsafe fn doorbell(qp: *mut ibv_qp) -> c_int {
+unsafe fn doorbell_cmd(qp: *mut ibv_qp) -> c_int {
     let mut resp = sys::ib_uverbs_post_send_resp { bad_wr: 0 };
     let req = PostSendCmd {
         hdr: sys::ib_uverbs_cmd_hdr {
@@ -565,9 +601,14 @@ pub(super) unsafe extern "C" fn post_recv(
     let (err, ring_doorbell) =
         unsafe { post_recv_list(rq, &qp.rq_limits, OnError::Flush, wr, bad_wr) };
     if ring_doorbell {
-        let mut bad = null_mut();
-        // SAFETY: ibqp is live; an empty list is the RQ doorbell.
-        let db = unsafe { sys::ibv_cmd_post_recv(ibqp, null_mut(), &mut bad) };
+        // SAFETY: ibqp is live.
+        let db = if unsafe { ring_doorbell_file(ibqp, abi::IOCTL_RQ_DOORBELL) }.is_some() {
+            0
+        } else {
+            let mut bad = null_mut();
+            // SAFETY: ibqp is live; an empty list is the RQ doorbell.
+            unsafe { sys::ibv_cmd_post_recv(ibqp, null_mut(), &mut bad) }
+        };
         if err == 0 {
             return db;
         }
