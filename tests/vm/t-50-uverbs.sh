@@ -290,3 +290,45 @@ test_57_remote_access_violations_are_refused() {
 	got=$(dmesg | tail -n +"$((before + 1))" | sed -n 's/.*peer sent TERMINATE //p' | paste -sd' ')
 	[ "$got" = "$want" ] || fail_because "TERMINATEs received: '$got', want '$want'" || return 1
 }
+
+# The doorbell file of a context (tests/vm/doorbell-file.c, siw_rs/
+# doorbell.rs): it rings its own context's QPs only (another context's QP,
+# a destroyed one, an unknown number: EINVAL; an unknown request: ENOTTY),
+# posts still ring when the application closed it (the provider falls back
+# to the uverbs command), and a copy kept after its context closed rings
+# nothing. Then a copy kept past its device: the device is deleted while
+# the file is open, the module refuses to unload (the file's operations
+# are the module's), and once the file is closed it unloads.
+test_53_doorbell_file() {
+	uverbs_pair
+	wp build/doorbell-file check rs1 | sed 's/^/    /'
+	[ "${PIPESTATUS[0]}" = 0 ] || fail_because "doorbell-file check failed" || return 1
+	no_qps rs1 || return 1
+
+	local fifo=/tmp/db-hold.fifo
+	rm -f "$fifo"; mkfifo "$fifo"
+	wp build/doorbell-file hold rs1 < "$fifo" > /tmp/db-hold.log 2>&1 &
+	local holder=$!
+	exec {w}> "$fifo"
+	local i
+	for ((i = 0; i < 300; i++)); do
+		grep -q '^held' /tmp/db-hold.log && break
+		nap 0.1
+	done
+	grep -q '^held' /tmp/db-hold.log || { exec {w}>&-; fail_because "the holder did not start: $(cat /tmp/db-hold.log)"; return 1; }
+	rdma link del rs1 && rdma link del rs2 || { exec {w}>&-; fail_because "rdma link del with a doorbell file open"; return 1; }
+	wait_dev_gone rs1 || { exec {w}>&-; fail_because "rs1 still there with only a doorbell file open"; return 1; }
+	if rmmod siw_rs 2>/tmp/rmmod.err; then
+		exec {w}>&-
+		fail_because "siw_rs unloaded while a doorbell file was open"
+		return 1
+	fi
+	printf '    (expected error) rmmod with a doorbell file open: %s\n' "$(tr '\n' ' ' < /tmp/rmmod.err)"
+	echo go >&$w
+	exec {w}>&-
+	local rc=0
+	wait "$holder" || rc=$?
+	sed 's/^/    /' /tmp/db-hold.log
+	[ "$rc" = 0 ] && grep -q '^released' /tmp/db-hold.log || fail_because "the kept doorbell file (exit $rc)" || return 1
+	rmmod siw_rs || fail_because "siw_rs did not unload once the doorbell file was closed"
+}

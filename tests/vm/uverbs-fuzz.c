@@ -21,7 +21,10 @@
  * handles used after destroy, objects of one context named in another,
  * siw_rs's rings (created by raw CREATE_QP/CREATE_CQ, mapped by their keys)
  * filled with garbage and plausible-but-wrong entries followed by the
- * doorbell, in RESET and in ERROR (the flush path). The parent SIGKILLs the
+ * doorbell (the uverbs command or the context's doorbell file), in RESET
+ * and in ERROR (the flush path), and the doorbell files' ioctls with
+ * random requests and QP numbers, its own context's and the other's. The
+ * parent SIGKILLs the
  * child at a random moment, so the kernel's cleanup of a dying process runs
  * on objects in every state.
  *
@@ -38,6 +41,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -59,7 +64,7 @@ enum kind {
 	K_POST_SEND, K_POST_RECV, K_POST_SRQ, K_MMAP,
 	/* the children's */
 	K_RAW_CMD, K_RAW_CREATE, K_RAW_STALE, K_RAW_BUSY, K_RAW_POST, K_CROSS_CTX,
-	K_RING_MMAP, K_RING_GARBAGE, K_CLOSE_CTX, K_CHILD,
+	K_RING_MMAP, K_RING_GARBAGE, K_CLOSE_CTX, K_DOORBELL_FILE, K_CHILD,
 	N_KINDS
 };
 
@@ -70,7 +75,7 @@ static const char *const kind_name[N_KINDS] = {
 	"post_send", "post_recv", "post_srq_recv", "mmap_uverbs",
 	"raw_cmd", "raw_create_udata", "raw_stale_handle", "raw_destroy_busy",
 	"raw_post_wr", "cross_context", "ring_mmap", "ring_garbage", "close_ctx",
-	"child",
+	"doorbell_file", "child",
 };
 
 #define MAX_ERRNO 160
@@ -954,6 +959,7 @@ struct rawq {
 
 struct child {
 	struct ibv_context *ctx[2];
+	int db[2];              /* each context's doorbell file, or -1 */
 	struct ibv_pd *pd[2];
 	struct ibv_cq *cq[2];
 	struct ibv_qp *qp[2];
@@ -975,13 +981,50 @@ static uint32_t some_handle(const struct child *ch)
 	}
 }
 
+/* The doorbell files open in this process (up to max): a context's is the
+ * one that was not there before it was opened (file numbers are reused
+ * lowest first, so compare sets, not numbers). */
+static int doorbell_files(int *fds, int max)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	while (d && (e = readdir(d)) && n < max) {
+		char path[300], link[64];
+		ssize_t l;
+
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+		l = readlink(path, link, sizeof(link) - 1);
+		if (l > 0) {
+			link[l] = 0;
+			if (strstr(link, "[siw_rs_doorbell]"))
+				fds[n++] = atoi(e->d_name);
+		}
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
 static void child_setup(struct child *ch, int i)
 {
 	struct ibv_qp_init_attr a = { 0 };
+	int before[64], after[64], nb = doorbell_files(before, 64), na;
 
+	ch->db[i] = -1;
 	ch->ctx[i] = ibv_open_device(the_dev);
 	if (!ch->ctx[i])
 		return;
+	na = doorbell_files(after, 64);
+	for (int j = 0; j < na; j++) {
+		int old = 0;
+
+		for (int k = 0; k < nb; k++)
+			old |= before[k] == after[j];
+		if (!old)
+			ch->db[i] = after[j];
+	}
 	ch->pd[i] = ibv_alloc_pd(ch->ctx[i]);
 	ch->cq[i] = ibv_create_cq(ch->ctx[i], 1 + rnd(64), NULL, NULL, 0);
 	if (!ch->pd[i] || !ch->cq[i])
@@ -1131,6 +1174,71 @@ static int raw_doorbell(struct child *ch, uint32_t handle, int recv)
 
 	return raw(ch->ctx[0]->cmd_fd, recv ? IB_USER_VERBS_CMD_POST_RECV : IB_USER_VERBS_CMD_POST_SEND,
 		   &b, sizeof(b), -1, sizeof(struct ib_uverbs_post_send_resp));
+}
+
+/* A doorbell through context 0's doorbell file (when it has one). */
+static int file_doorbell(struct child *ch, uint32_t qpn, int recv)
+{
+	if (ch->db[0] < 0)
+		return EBADF;
+	return ioctl(ch->db[0], recv ? SIW_RS_IOCTL_RQ_DOORBELL : SIW_RS_IOCTL_SQ_DOORBELL,
+		     (unsigned long)qpn) == 0 ? 0 : errno;
+}
+
+/* The doorbell files: requests and QP numbers, good and bad. A file rings
+ * its own context's live QPs (0) and nothing else (EINVAL), and knows two
+ * requests (ENOTTY for any other). */
+static void child_doorbell_file(struct child *ch)
+{
+	int recv = rnd(2);
+	unsigned int req = recv ? SIW_RS_IOCTL_RQ_DOORBELL : SIW_RS_IOCTL_SQ_DOORBELL;
+
+	if (ch->db[0] < 0) {
+		finding(K_DOORBELL_FILE, "context 0 has no doorbell file");
+		return;
+	}
+	switch (rnd(6)) {
+	case 0:
+		if (ch->qp[0])
+			check(K_DOORBELL_FILE, file_doorbell(ch, ch->qp[0]->qp_num, recv), WANT_OK,
+			      "doorbell of the context's own QP");
+		break;
+	case 1:
+		if (ch->nrq) {
+			struct rawq *q = &ch->rq[rnd(ch->nrq)];
+
+			check(K_DOORBELL_FILE, file_doorbell(ch, q->drv.qp_id, recv), WANT_OK,
+			      "doorbell of a QP made by a raw command");
+		}
+		break;
+	case 2:
+		/* The other context's file, and this context's QP. */
+		if (ch->qp[0] && ch->db[1] >= 0)
+			check(K_DOORBELL_FILE,
+			      ioctl(ch->db[1], req, (unsigned long)ch->qp[0]->qp_num) == 0 ? 0 : errno, EINVAL,
+			      "doorbell of another context's QP");
+		break;
+	case 3: {
+		/* A request it does not know. */
+		unsigned int bad = PICK(_IO(SIW_RS_IOCTL_TYPE, 0x82), _IO(SIW_RS_IOCTL_TYPE, 0x7f),
+					_IOW(SIW_RS_IOCTL_TYPE, 0x80, int), 0x5401 /* TCGETS */,
+					(unsigned int)rnd64());
+
+		if (bad != SIW_RS_IOCTL_SQ_DOORBELL && bad != SIW_RS_IOCTL_RQ_DOORBELL)
+			check(K_DOORBELL_FILE, ioctl(ch->db[0], bad, rnd64()) == 0 ? 0 : errno, ENOTTY,
+			      "unknown doorbell-file request");
+		break;
+	}
+	case 4:
+		/* A number above 32 bits: never a QP. */
+		check(K_DOORBELL_FILE, ioctl(ch->db[0], req, (unsigned long)(rnd64() | (1ull << 32))) == 0 ? 0 : errno,
+		      EINVAL, "doorbell of a QP number above 32 bits");
+		break;
+	default:
+		/* Any number: most are no QP, a few may be the context's own. */
+		rec(K_DOORBELL_FILE, ioctl(ch->db[0], req, (unsigned long)PICK(0, 1, 2, rnd(64), (uint32_t)rnd64())) == 0
+					     ? 0 : errno);
+	}
 }
 
 /* Creates CQs and QPs by raw commands with random driver data in and
@@ -1455,12 +1563,16 @@ static void child_ring_garbage(struct child *ch)
 				 __ATOMIC_RELEASE);
 	}
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	check(K_RING_GARBAGE, raw_doorbell(ch, q->handle, 0), WANT_OK, "send doorbell");
+	/* The doorbells through the uverbs command or the doorbell file. */
+	int file = chance(50);
+#define RING(recv) (file ? file_doorbell(ch, q->drv.qp_id, recv) : raw_doorbell(ch, q->handle, recv))
+	check(K_RING_GARBAGE, RING(0), WANT_OK, "send doorbell");
 	if (chance(50)) {
 		check(K_RING_GARBAGE, raw_modify_state(ch, q->handle, IBV_QPS_ERR), WANT_OK,
 		      "modify to ERROR");
-		check(K_RING_GARBAGE, raw_doorbell(ch, q->handle, 0), WANT_OK, "send doorbell in ERROR");
-		check(K_RING_GARBAGE, raw_doorbell(ch, q->handle, 1), WANT_OK, "receive doorbell in ERROR");
+		check(K_RING_GARBAGE, RING(0), WANT_OK, "send doorbell in ERROR");
+		check(K_RING_GARBAGE, RING(1), WANT_OK, "receive doorbell in ERROR");
+#undef RING
 		if (chance(30))
 			check(K_RING_GARBAGE, raw_modify_state(ch, q->handle, IBV_QPS_RESET), WANT_OK,
 			      "ERROR -> RESET");
@@ -1523,6 +1635,7 @@ static void child_main(double secs)
 		case 11: case 12: case 13: child_ring_mmap(&ch); break;
 		case 14: case 15: case 16: case 17: child_ring_garbage(&ch); break;
 		case 18: if (chance(10)) child_close(&ch); break;
+		case 19: if (chance(50)) child_doorbell_file(&ch); else usleep(rnd(2000)); break;
 		default: usleep(rnd(2000));
 		}
 	}
