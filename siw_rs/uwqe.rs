@@ -42,6 +42,13 @@ pub(crate) fn sqe_body_words(w: &[u64; SQE_WORDS]) -> usize {
     n.min(SQE_WORDS - SQE_SGE_WORD)
 }
 
+/// Whether an SQE whose second word (opcode, flags, SGE count, inline
+/// length) is `w1` asks for a completion. Read alone, from the ring, as a
+/// hint: the entry itself is decoded from a copy when it is taken.
+pub(crate) fn sqe_signaled(w1: u64) -> bool {
+    (lo(w1) >> 8) & ffi::SIW_RS_WQE_SIGNALED != 0
+}
+
 /// A decoded send queue entry.
 pub(crate) struct UserSend {
     pub(crate) wr_id: u64,
