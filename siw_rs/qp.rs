@@ -487,16 +487,12 @@ fn pull_sq(qp: &Qp<SiwRs>, inner: &mut Inner, wakes: &mut Wakes) {
             fail_send(qp, w[0], uwqe::send_wc_opcode(&w), WcStatus::WrFlushErr, wakes);
             continue;
         }
-        let wqe = uwqe::decode_send(&w).map_err(|_| EINVAL).and_then(|d| {
-            let wr = SendWr { wr_id: d.wr_id, op: d.op, flags: d.flags, sges: d.sges.get(..d.nsge).unwrap_or(&[]) };
-            let mut wqe = make_wqe(core, &wr)?;
-            if let Some(len) = d.inline {
+        let wqe = user_send_wqe(core, &w).and_then(|wqe| {
+            if wqe.inline {
                 // `sq_room` held, so the queue has a free slot.
                 let slot = inner.sq.next_slot().ok_or(EINVAL)?;
                 let buf = inner.sq_inline.get_mut(slot).ok_or(EINVAL)?;
-                uwqe::copy_inline(&w, len, buf);
-                wqe.len = len;
-                wqe.inline = true;
+                uwqe::copy_inline(&w, wqe.len, buf);
             }
             Ok(wqe)
         });
@@ -510,6 +506,58 @@ fn pull_sq(qp: &Qp<SiwRs>, inner: &mut Inner, wakes: &mut Wakes) {
             }
         }
     }
+}
+
+/// A send WQE from an SQE copied out of a process's ring; an inline send's
+/// octets are still in the copy (`inline` set, `len` their count).
+fn user_send_wqe(core: &QpCore, w: &[u64; SQE_WORDS]) -> Result<SendWqe> {
+    let d = uwqe::decode_send(w).map_err(|_| EINVAL)?;
+    let wr = SendWr { wr_id: d.wr_id, op: d.op, flags: d.flags, sges: d.sges.get(..d.nsge).unwrap_or(&[]) };
+    let mut wqe = make_wqe(core, &wr)?;
+    if let Some(len) = d.inline {
+        wqe.len = len;
+        wqe.inline = true;
+    }
+    Ok(wqe)
+}
+
+/// The transmitter, finding the send queue empty, takes the ring's next
+/// entry itself: straight to it, without passing through the queue (and,
+/// for inline data, straight into the transmitter's buffer `inline`), if
+/// it may go now. One that must wait (a fence behind outstanding Reads, a
+/// Read beyond the ORD) is queued instead, and `None` returned, as is
+/// `None` for an empty ring, a full queue, or a malformed entry (which
+/// fails it and moves the QP to ERROR, as [`pull_sq`] does).
+fn take_direct(qp: &Qp<SiwRs>, inner: &mut Inner, inline: &mut uwqe::Inline, wakes: &mut Wakes) -> Option<SendWqe> {
+    let core = qp.data();
+    let u = core.user.as_ref()?;
+    if !sq_room(inner) || !matches!(ring_avail(&u.sq, inner.sq_next), Some(n) if n > 0) {
+        return None;
+    }
+    let w = take_sqe(&u.sq, &mut inner.sq_next);
+    let wqe = match user_send_wqe(core, &w) {
+        Ok(wqe) => wqe,
+        Err(_) => {
+            fail_send(qp, w[0], uwqe::send_wc_opcode(&w), WcStatus::LocQpOpErr, wakes);
+            user_fault(qp, inner, wakes);
+            return None;
+        }
+    };
+    let blocked = (wqe.fence && inner.reads_out > 0) || (awaits_response(&wqe.op) && inner.reads_out >= inner.ord.max(1));
+    if !blocked {
+        if wqe.inline {
+            uwqe::copy_inline(&w, wqe.len, inline);
+        }
+        return Some(wqe);
+    }
+    if wqe.inline {
+        // `sq_room` held, so the queue has a free slot.
+        if let Some(buf) = inner.sq.next_slot().and_then(|slot| inner.sq_inline.get_mut(slot)) {
+            uwqe::copy_inline(&w, wqe.len, buf);
+        }
+    }
+    let _ = inner.sq.push(wqe);
+    None
 }
 
 /// One inline buffer per send queue slot.
@@ -1040,6 +1088,9 @@ fn next_job_locked(qp: &Qp<SiwRs>, inner: &mut Inner, inline: &mut uwqe::Inline,
         return Some(Job::Response(j));
     }
     if inner.sq.len == 0 {
+        if let Some(w) = take_direct(qp, inner, inline, wakes) {
+            return Some(Job::Wqe(w));
+        }
         pull_sq(qp, inner, wakes);
         // With no room (Reads outstanding fill `pending`), the ring is not
         // idle: `read_done` kicks the transmitter, which pulls again.
