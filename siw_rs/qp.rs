@@ -625,9 +625,10 @@ fn drain_user(qp: &Qp<SiwRs>, inner: &mut Inner, wakes: &mut Wakes) {
 /// requests): start transmitting what it posted (or, in ERROR, flush it).
 ///
 /// In RTS the entries stay in the ring: the transmitter takes them
-/// ([`next_job`]) in the same hold of the QP lock in which it takes the
-/// first one to send, so a message passes that lock twice on its way out
-/// (taken, then completed) rather than three times.
+/// ([`next_job`]) in the hold of the QP lock in which it takes its job,
+/// straight from the ring ([`take_direct`]), so this hold only clears the
+/// idle flag and finds the connection. (The lock is still taken three
+/// times per message: here, for the job, and for the completion.)
 pub(crate) fn sq_doorbell(qp: &Qp<SiwRs>) {
     let Some(u) = &qp.data().user else { return };
     let mut wakes = Wakes::none();
