@@ -487,25 +487,29 @@ fn pull_sq(qp: &Qp<SiwRs>, inner: &mut Inner, wakes: &mut Wakes) {
             fail_send(qp, w[0], uwqe::send_wc_opcode(&w), WcStatus::WrFlushErr, wakes);
             continue;
         }
-        let wqe = user_send_wqe(core, &w).and_then(|wqe| {
-            if wqe.inline {
-                // `sq_room` held, so the queue has a free slot.
-                let slot = inner.sq.next_slot().ok_or(EINVAL)?;
-                let buf = inner.sq_inline.get_mut(slot).ok_or(EINVAL)?;
-                uwqe::copy_inline(&w, wqe.len, buf);
-            }
-            Ok(wqe)
-        });
-        match wqe {
-            Ok(wqe) => {
-                let _ = inner.sq.push(wqe);
-            }
-            Err(_) => {
-                fail_send(qp, w[0], uwqe::send_wc_opcode(&w), WcStatus::LocQpOpErr, wakes);
-                return user_fault(qp, inner, wakes);
-            }
+        if user_send_wqe(core, &w).and_then(|wqe| queue_user_wqe(inner, &w, wqe)).is_err() {
+            return refuse_sqe(qp, inner, &w, wakes);
         }
     }
+}
+
+/// Queues `wqe`, decoded from ring entry `w`, at the send queue's tail,
+/// an inline send's octets into that slot's buffer. The caller checked
+/// `sq_room`, so there is a free slot.
+fn queue_user_wqe(inner: &mut Inner, w: &[u64; SQE_WORDS], wqe: SendWqe) -> Result {
+    if wqe.inline {
+        let slot = inner.sq.next_slot().ok_or(EINVAL)?;
+        let buf = inner.sq_inline.get_mut(slot).ok_or(EINVAL)?;
+        uwqe::copy_inline(w, wqe.len, buf);
+    }
+    inner.sq.push(wqe)
+}
+
+/// Ring entry `w` cannot be executed: it fails with
+/// `IBV_WC_LOC_QP_OP_ERR` and the QP goes to ERROR.
+fn refuse_sqe(qp: &Qp<SiwRs>, inner: &mut Inner, w: &[u64; SQE_WORDS], wakes: &mut Wakes) {
+    fail_send(qp, w[0], uwqe::send_wc_opcode(w), WcStatus::LocQpOpErr, wakes);
+    user_fault(qp, inner, wakes)
 }
 
 /// A send WQE from an SQE copied out of a process's ring; an inline send's
@@ -535,13 +539,9 @@ fn take_direct(qp: &Qp<SiwRs>, inner: &mut Inner, inline: &mut uwqe::Inline, wak
         return None;
     }
     let w = take_sqe(&u.sq, &mut inner.sq_next);
-    let wqe = match user_send_wqe(core, &w) {
-        Ok(wqe) => wqe,
-        Err(_) => {
-            fail_send(qp, w[0], uwqe::send_wc_opcode(&w), WcStatus::LocQpOpErr, wakes);
-            user_fault(qp, inner, wakes);
-            return None;
-        }
+    let Ok(wqe) = user_send_wqe(core, &w) else {
+        refuse_sqe(qp, inner, &w, wakes);
+        return None;
     };
     let blocked = (wqe.fence && inner.reads_out > 0) || (awaits_response(&wqe.op) && inner.reads_out >= inner.ord.max(1));
     if !blocked {
@@ -550,13 +550,9 @@ fn take_direct(qp: &Qp<SiwRs>, inner: &mut Inner, inline: &mut uwqe::Inline, wak
         }
         return Some(wqe);
     }
-    if wqe.inline {
-        // `sq_room` held, so the queue has a free slot.
-        if let Some(buf) = inner.sq.next_slot().and_then(|slot| inner.sq_inline.get_mut(slot)) {
-            uwqe::copy_inline(&w, wqe.len, buf);
-        }
+    if queue_user_wqe(inner, &w, wqe).is_err() {
+        refuse_sqe(qp, inner, &w, wakes);
     }
-    let _ = inner.sq.push(wqe);
     None
 }
 
@@ -641,15 +637,16 @@ pub(crate) fn sq_doorbell(qp: &Qp<SiwRs>) {
         }
         // No completion of the newest WQE is awaited: nothing to lose if
         // it waits for a worker. (The newest is the ring's, if it holds
-        // any; its flags word read alone, a hint.)
-        let quiet = match ring_avail(&u.sq, inner.sq_next) {
-            Some(n) if n > 0 => {
-                let mut w1 = [0u64; 1];
-                u.sq.read_from(inner.sq_next.wrapping_add(n - 1), 1, &mut w1);
-                !uwqe::sqe_signaled(w1[0])
-            }
-            _ => inner.sq.last().is_some_and(|w| !w.signaled),
-        };
+        // any; its flags word read alone, a hint.) Only a transmit asks.
+        let quiet = conn.is_some()
+            && match ring_avail(&u.sq, inner.sq_next) {
+                Some(n) if n > 0 => {
+                    let mut w1 = [0u64; 1];
+                    u.sq.read_from(inner.sq_next.wrapping_add(n - 1), 1, &mut w1);
+                    !uwqe::sqe_signaled(w1[0])
+                }
+                _ => inner.sq.last().is_some_and(|w| !w.signaled),
+            };
         (conn, quiet)
     };
     wakes.run(qp);
