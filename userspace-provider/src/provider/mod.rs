@@ -256,14 +256,15 @@ unsafe extern "C" fn alloc_context(
     let checked = if ret != 0 {
         Err(ret)
     } else {
-        // A doorbell file the kernel opened belongs to this context even
-        // when the rest of the response is refused: closed below then.
+        // A doorbell file the kernel opened belongs to this context from
+        // here, even when the rest of the response is refused (closed
+        // below then); a response of another ABI has no such field.
         if resp.drv.abi_version == abi::ABI_VERSION && resp.drv.db_fd >= 0 {
             // SAFETY: ctx is exclusively ours.
             unsafe { (*ctx).db_fd = Some(resp.drv.db_fd) };
         }
         abi::check_alloc_ctx(&resp.drv)
-            .and_then(|limits| Ok((limits, abi::doorbell_fd(&resp.drv)?)))
+            .and_then(|limits| abi::doorbell_fd(&resp.drv).map(|_| limits))
             .map_err(|msg| {
                 // SAFETY: vctx is initialized (context.device is set).
                 log_err(unsafe { &raw mut (*vctx).context }, &msg);
@@ -271,12 +272,11 @@ unsafe extern "C" fn alloc_context(
             })
     };
     match checked {
-        Ok((limits, db_fd)) => {
+        Ok(limits) => {
             // SAFETY: ctx is valid and exclusively ours; CONTEXT_OPS is
             // 'static.
             unsafe {
                 (*ctx).limits = limits;
-                (*ctx).db_fd = db_fd;
                 sys::verbs_set_ops(vctx, &CONTEXT_OPS);
             }
             vctx
