@@ -23,7 +23,6 @@
  * nothing (EINVAL), and it prints "released" and exits.
  * Exit status 0 only if everything held.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -35,6 +34,7 @@
 #include <infiniband/verbs.h>
 
 #include "../../uapi/siw_rs-abi.h"
+#include "vmtest.h"
 
 static int failures;
 
@@ -43,44 +43,6 @@ static void check(int ok, const char *what)
 	printf("%s: %s\n", ok ? "ok" : "FAIL", what);
 	if (!ok)
 		failures++;
-}
-
-/* A set of file numbers: the doorbell files open in this process. */
-#define MAX_FDS 64
-struct fdset {
-	int n;
-	int fd[MAX_FDS];
-};
-
-static struct fdset doorbell_files(void)
-{
-	struct fdset s = { 0 };
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-
-	while (d && (e = readdir(d)) && s.n < MAX_FDS) {
-		char path[300], link[128];
-		ssize_t n;
-
-		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
-		n = readlink(path, link, sizeof(link) - 1);
-		if (n <= 0)
-			continue;
-		link[n] = 0;
-		if (strstr(link, "[siw_rs_doorbell]"))
-			s.fd[s.n++] = atoi(e->d_name);
-	}
-	if (d)
-		closedir(d);
-	return s;
-}
-
-static int in_set(const struct fdset *s, int fd)
-{
-	for (int i = 0; i < s->n; i++)
-		if (s->fd[i] == fd)
-			return 1;
-	return 0;
 }
 
 struct ctx {
@@ -94,23 +56,18 @@ struct ctx {
 static int open_ctx(const char *name, struct ctx *c)
 {
 	struct ibv_device **list = ibv_get_device_list(NULL);
-	struct fdset before = doorbell_files(), after;
 
 	memset(c, 0, sizeof(*c));
 	c->db = -1;
 	for (int i = 0; list && list[i]; i++)
 		if (!strcmp(ibv_get_device_name(list[i]), name))
-			c->ctx = ibv_open_device(list[i]);
+			c->ctx = open_device_db(list[i], &c->db);
 	if (list)
 		ibv_free_device_list(list);
 	if (!c->ctx) {
 		fprintf(stderr, "doorbell-file: cannot open %s\n", name);
 		return -1;
 	}
-	after = doorbell_files();
-	for (int i = 0; i < after.n; i++)
-		if (!in_set(&before, after.fd[i]))
-			c->db = after.fd[i];
 	c->pd = ibv_alloc_pd(c->ctx);
 	c->cq = ibv_create_cq(c->ctx, 64, NULL, NULL, 0);
 	if (!c->pd || !c->cq) {
@@ -145,7 +102,7 @@ static int flushed(struct ctx *c, struct ibv_qp *qp, int recv, uint64_t wr_id)
 	struct ibv_mr *mr = ibv_reg_mr(c->pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
 	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = sizeof(buf) };
 	struct ibv_wc wc;
-	int rc, n = 0;
+	int rc;
 
 	if (!mr)
 		return 0;
@@ -160,11 +117,11 @@ static int flushed(struct ctx *c, struct ibv_qp *qp, int recv, uint64_t wr_id)
 
 		rc = ibv_post_send(qp, &wr, &bad);
 	}
-	for (int spin = 0; rc == 0 && n == 0 && spin < 1000000; spin++)
-		n = ibv_poll_cq(c->cq, 1, &wc);
+	if (rc == 0 && wait_wc(c->cq, &wc))
+		rc = errno ? errno : EIO;
 	ibv_dereg_mr(mr);
-	if (rc || n != 1) {
-		fprintf(stderr, "doorbell-file: post %d, %d completions\n", rc, n);
+	if (rc) {
+		fprintf(stderr, "doorbell-file: post or completion: %s\n", strerror(rc));
 		return 0;
 	}
 	return wc.wr_id == wr_id && wc.status == IBV_WC_WR_FLUSH_ERR;

@@ -41,7 +41,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <dirent.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -53,6 +52,7 @@
 #include <rdma/ib_user_verbs.h>
 
 #include "../../uapi/siw_rs-abi.h"
+#include "vmtest.h"
 
 /* ---------------------------------------------------------------------- */
 /* Statistics, shared with the children (MAP_SHARED). */
@@ -981,50 +981,13 @@ static uint32_t some_handle(const struct child *ch)
 	}
 }
 
-/* The doorbell files open in this process (up to max): a context's is the
- * one that was not there before it was opened (file numbers are reused
- * lowest first, so compare sets, not numbers). */
-static int doorbell_files(int *fds, int max)
-{
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-	int n = 0;
-
-	while (d && (e = readdir(d)) && n < max) {
-		char path[300], link[64];
-		ssize_t l;
-
-		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
-		l = readlink(path, link, sizeof(link) - 1);
-		if (l > 0) {
-			link[l] = 0;
-			if (strstr(link, "[siw_rs_doorbell]"))
-				fds[n++] = atoi(e->d_name);
-		}
-	}
-	if (d)
-		closedir(d);
-	return n;
-}
-
 static void child_setup(struct child *ch, int i)
 {
 	struct ibv_qp_init_attr a = { 0 };
-	int before[64], after[64], nb = doorbell_files(before, 64), na;
 
-	ch->db[i] = -1;
-	ch->ctx[i] = ibv_open_device(the_dev);
+	ch->ctx[i] = open_device_db(the_dev, &ch->db[i]);
 	if (!ch->ctx[i])
 		return;
-	na = doorbell_files(after, 64);
-	for (int j = 0; j < na; j++) {
-		int old = 0;
-
-		for (int k = 0; k < nb; k++)
-			old |= before[k] == after[j];
-		if (!old)
-			ch->db[i] = after[j];
-	}
 	ch->pd[i] = ibv_alloc_pd(ch->ctx[i]);
 	ch->cq[i] = ibv_create_cq(ch->ctx[i], 1 + rnd(64), NULL, NULL, 0);
 	if (!ch->pd[i] || !ch->cq[i])

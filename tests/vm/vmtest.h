@@ -1,12 +1,15 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /* Pieces shared by the VM tests' verbs programs (rfc7306.c, access.c,
- * inline-verify.c). */
+ * inline-verify.c, doorbell-file.c, uverbs-fuzz.c). */
 #ifndef SIW_RS_VMTEST_H
 #define SIW_RS_VMTEST_H
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -37,6 +40,55 @@ static inline int bad(const char *fmt, ...)
 	return 1;
 }
 #endif
+
+/* The siw_rs doorbell files ("[siw_rs_doorbell]", uapi/siw_rs-abi.h)
+ * open in this process, at most max of them into fds; returns how many. */
+static inline int doorbell_files(int *fds, int max)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	while (d && (e = readdir(d)) && n < max) {
+		char path[300], link[64];
+		ssize_t l;
+
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+		l = readlink(path, link, sizeof(link) - 1);
+		if (l > 0) {
+			link[l] = 0;
+			if (strstr(link, "[siw_rs_doorbell]"))
+				fds[n++] = atoi(e->d_name);
+		}
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/* ibv_open_device, and the doorbell file the kernel opened with the
+ * context: its number in *db, or -1 (not a siw_rs device, or no file).
+ * That file is the one not open before (file numbers are reused lowest
+ * first, so sets are compared, not numbers). */
+static inline struct ibv_context *open_device_db(struct ibv_device *dev, int *db)
+{
+	int before[64], after[64], nb = doorbell_files(before, 64), na;
+	struct ibv_context *ctx = ibv_open_device(dev);
+
+	*db = -1;
+	if (!ctx)
+		return NULL;
+	na = doorbell_files(after, 64);
+	for (int j = 0; j < na; j++) {
+		int old = 0;
+
+		for (int k = 0; k < nb; k++)
+			old |= before[k] == after[j];
+		if (!old)
+			*db = after[j];
+	}
+	return ctx;
+}
 
 /* One completion of CQ within 10 s: 0, or -1 (a poll error, or errno
  * ETIMEDOUT). */
