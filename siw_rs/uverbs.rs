@@ -146,33 +146,43 @@ impl UserRing {
         unsafe { AtomicU32::from_ptr(self.base.as_ptr().add(which.offset()).cast::<u32>()) }
     }
 
-    /// Word `w` of entry `index` (modulo the ring size).
-    fn word(&self, index: u32, w: usize) -> &AtomicU64 {
+    /// The words of entry `index` (modulo the ring size).
+    ///
+    /// One slice per entry, so a copy in or out is a loop of loads or
+    /// stores: not a call and a bounds computation per word, which the
+    /// send path paid for every word of every entry.
+    #[inline]
+    fn slot(&self, index: u32) -> &[AtomicU64] {
         let slot = (index & (self.entries - 1)) as usize;
-        let w = w.min(self.words - 1);
-        let off = ENTRIES_OFFSET + (slot * self.words + w) * 8;
-        // SAFETY: `slot < entries` and `w < words`, so `off + 8 <= bytes`
+        let off = ENTRIES_OFFSET + slot * self.words * 8;
+        // SAFETY: `slot < entries`, so `off + words * 8 <= bytes`
         // (invariants); 8-aligned since the base is page aligned and the
-        // offset a multiple of 8; only accessed atomically.
-        unsafe { AtomicU64::from_ptr(self.base.as_ptr().add(off).cast::<u64>()) }
+        // offset a multiple of 8. `AtomicU64` has the layout of `u64`, the
+        // memory lives as long as `self`, and it is only accessed
+        // atomically (the process writes it concurrently).
+        unsafe { core::slice::from_raw_parts(self.base.as_ptr().add(off).cast::<AtomicU64>(), self.words) }
     }
 
     /// Copies entry `index` into `out` (as many words as `out` holds).
+    #[inline]
     pub(crate) fn read(&self, index: u32, out: &mut [u64]) {
         self.read_from(index, 0, out);
     }
 
     /// Copies words `first..` of entry `index` into `out`.
+    #[inline]
     pub(crate) fn read_from(&self, index: u32, first: usize, out: &mut [u64]) {
-        for (w, o) in out.iter_mut().enumerate().take(self.words.saturating_sub(first)) {
-            *o = self.word(index, first + w).load(Ordering::Relaxed);
+        let words = self.slot(index).get(first..).unwrap_or(&[]);
+        for (o, w) in out.iter_mut().zip(words) {
+            *o = w.load(Ordering::Relaxed);
         }
     }
 
     /// Writes `words` into entry `index`.
+    #[inline]
     pub(crate) fn write(&self, index: u32, words: &[u64]) {
-        for (w, v) in words.iter().enumerate().take(self.words) {
-            self.word(index, w).store(*v, Ordering::Relaxed);
+        for (w, v) in self.slot(index).iter().zip(words) {
+            w.store(*v, Ordering::Relaxed);
         }
     }
 }
