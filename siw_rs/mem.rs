@@ -237,16 +237,20 @@ impl Mem {
                 Ok(())
             }
             Some(Paged { pages, iova, page_size: ps, .. }) => {
-                if ps == 0 {
+                // A power of two (the RDMA core's page sizes are; anything
+                // else could not be the mask below): a shift and a mask
+                // then, not a 64-bit division per page on the data path.
+                if !ps.is_power_of_two() {
                     return Err(AccessError::Bounds);
                 }
+                let shift = ps.trailing_zeros();
                 // The first page starts at the page-aligned IOVA.
                 let base = iova & !(ps - 1);
                 let mut off = addr.checked_sub(base).ok_or(AccessError::Bounds)?;
                 let mut left = len;
                 while left > 0 {
-                    let idx = usize::try_from(off.checked_div(ps).ok_or(AccessError::Bounds)?).map_err(|_| AccessError::Bounds)?;
-                    let in_page = off.checked_rem(ps).ok_or(AccessError::Bounds)?;
+                    let idx = usize::try_from(off >> shift).map_err(|_| AccessError::Bounds)?;
+                    let in_page = off & (ps - 1);
                     let page = *pages.get(idx).ok_or(AccessError::Bounds)?;
                     let n = left.min(ps - in_page);
                     f(page + in_page, usize::try_from(n).map_err(|_| AccessError::Bounds)?);
@@ -290,7 +294,9 @@ impl Mem {
         match &mut s.kind {
             Kind::Fast { npages, iova: i, len: l, page_size: p, .. } => {
                 let need = u64::try_from(*npages).unwrap_or(u64::MAX).saturating_mul(u64::from(page_size));
-                if page_size == 0 || len > need {
+                // Page sizes are powers of two (as the RDMA core's are):
+                // the translation shifts and masks by it.
+                if !page_size.is_power_of_two() || len > need {
                     return Err(AccessError::Bounds);
                 }
                 *i = iova;
@@ -432,6 +438,17 @@ pub(crate) fn create(table: &Stags, pd: usize, how: NewMem) -> Result<Arc<Mem>> 
 pub(crate) fn lookup(table: &Stags, stag: u32) -> Option<Arc<Mem>> {
     let index = usize::try_from(stag >> 8).ok()?;
     table.lock().slots.get(index).and_then(|s| s.clone())
+}
+
+/// Runs `f` on the region `stag` names, under the table's lock, without
+/// taking and dropping a reference as [`lookup`] does (an atomic each,
+/// with a lock that costs about what the table's does). For short
+/// accesses only: a small send's payload. `None` if no region has that
+/// index.
+pub(crate) fn with<R>(table: &Stags, stag: u32, f: impl FnOnce(&Mem) -> R) -> Option<R> {
+    let index = usize::try_from(stag >> 8).ok()?;
+    let t = table.lock();
+    t.slots.get(index).and_then(|s| s.as_deref()).map(f)
 }
 
 /// Removes a region from the table; operations holding it finish, new ones
