@@ -113,8 +113,15 @@ struct Rx {
 /// at its header, and what it may touch, checked as each piece is placed
 /// (one hold of the region's lock per piece, and an invalidation between
 /// pieces is seen).
+///
+/// A small segment (up to [`SMALL_TAGGED`] octets) holds no region: each
+/// of its pieces finds it in the table and is placed under the table's
+/// lock ([`mem::with`]), which saves taking and dropping a reference (two
+/// atomics, each about what the lock costs) on the way of a small Write to
+/// the peer's memory. Its STag is not found at its header then but at its
+/// first piece, which reports the same error for the same segment.
 struct TaggedSeg {
-    mem: Arc<Mem>,
+    mem: Option<Arc<Mem>>,
     stag: u32,
     /// The segment's first byte and length.
     to: u64,
@@ -149,6 +156,15 @@ struct Tx {
     /// slot when it is taken; rewritten only when the next WQE is taken,
     /// which waits until `cur` is done).
     inline: KBox<crate::uwqe::Inline>,
+    /// The copy of a ring entry the transmitter takes ([`qp::next_job`]).
+    sqe: KBox<qp::SqeCopy>,
+}
+
+impl Tx {
+    /// The buffers [`qp::next_job`] takes a WQE into.
+    fn take_bufs(&mut self) -> qp::TakeBufs<'_> {
+        qp::TakeBufs { inline: &mut self.inline, sqe: &mut self.sqe }
+    }
 }
 
 /// The message being transmitted.
@@ -495,6 +511,11 @@ impl workqueue::WorkItem<TEARDOWN> for Conn {
     }
 }
 
+/// Octets up to which a received tagged segment is placed under the region
+/// table's lock (see [`TaggedSeg`]): as much as a small send copies under
+/// it ([`crate::uwqe::MAX_INLINE`]), a short hold with interrupts off.
+const SMALL_TAGGED: u32 = crate::uwqe::MAX_INLINE;
+
 /// Octets up to which a transmit batch is copied into one piece before it is
 /// handed to TCP (a 256-octet inline send with its headers and CRC fits).
 const SMALL_SEND: usize = 384;
@@ -542,6 +563,7 @@ impl Conn {
         let txc = TxConfig::from_negotiated(&neg, mulpdu_for(&neg), Extensions::ALL);
         let batch = KBox::new(TxBatch::new(), GFP_KERNEL)?;
         let inline = KBox::new([0u8; crate::uwqe::MAX_INLINE as usize], GFP_KERNEL)?;
+        let sqe = KBox::new([0u64; crate::uverbs::SQE_WORDS], GFP_KERNEL)?;
         let stage = KBox::new([0u8; STAGE], GFP_KERNEL)?;
         let (local, remote) = (sock.local_addr(), sock.peer_addr());
         let conn = Arc::pin_init(
@@ -574,6 +596,7 @@ impl Conn {
                     crc: Crc32c::new(),
                     atomic_id: 0,
                     inline,
+                    sqe,
                 }),
                 term <- crate::sync::new_irq_spinlock!(None),
                 tx_busy: AtomicBool::new(false),
@@ -855,20 +878,20 @@ impl Conn {
             if tx.cur.as_ref().is_some_and(|c| c.planned) {
                 // The batch is sent or staged (either way copied), so
                 // nothing refers to the message's payload any more.
-                let Tx { transmitter, cur, segs, inline, .. } = &mut *tx;
+                let Tx { transmitter, cur, segs, inline, sqe, .. } = &mut *tx;
                 segs.clear();
                 if let Some(next) = cur.as_mut().and_then(|c| c.then.take()) {
                     let Some(c) = cur.as_mut() else { continue };
                     c.msg = transmitter.start(&next).map_err(|_| EINVAL)?;
                     c.planned = false;
                 } else if let Some(Cur { wqe: Some(w), .. }) = cur.take() {
-                    taken = Some(qp::sent_then_next(qp, w, inline));
+                    taken = Some(qp::sent_then_next(qp, w, qp::TakeBufs { inline, sqe }));
                 }
             }
             if tx.cur.is_none() {
                 let mut job = match taken {
                     Some(job) => job,
-                    None => qp::next_job(qp, &mut tx.inline),
+                    None => qp::next_job(qp, tx.take_bufs()),
                 };
                 // Small Sends and Writes, one after the other, go to the
                 // stage without being planned.
@@ -996,7 +1019,7 @@ impl Conn {
                 return Small::Failed(e, Job::Wqe(w));
             }
         }
-        Small::Sent(qp::sent_then_next(self.qp(), w, &mut tx.inline))
+        Small::Sent(qp::sent_then_next(self.qp(), w, tx.take_bufs()))
     }
 
     /// Turns a job into a message being planned, resolving its local
@@ -1227,8 +1250,13 @@ impl Conn {
                             // one names no memory (RFC 6581 RTR messages).
                             rx.tagged = None;
                             if h.payload_len > 0 {
-                                let Some(mem) = mem::lookup(qp::stags(qp), stag) else {
-                                    return Err(rx.receiver.reject(remote_code(AccessError::InvalidStag)));
+                                let mem = if h.payload_len <= SMALL_TAGGED {
+                                    None
+                                } else {
+                                    let Some(mem) = mem::lookup(qp::stags(qp), stag) else {
+                                        return Err(rx.receiver.reject(remote_code(AccessError::InvalidStag)));
+                                    };
+                                    Some(mem)
                                 };
                                 rx.tagged = Some(TaggedSeg { mem, stag, to, len: h.payload_len, rights });
                             }
@@ -1273,7 +1301,12 @@ impl Conn {
                     Target::Tagged { to, .. } => {
                         if let Some(t) = &rx.tagged {
                             let seg = (t.to, u64::from(t.len));
-                            if let Err(e) = t.mem.place(t.stag, qp.pd().id(), seg, t.rights, to, p.data) {
+                            let place = |m: &Mem| m.place(t.stag, qp.pd().id(), seg, t.rights, to, p.data);
+                            let placed = match &t.mem {
+                                Some(m) => place(m),
+                                None => mem::with(qp::stags(qp), t.stag, place).unwrap_or(Err(AccessError::InvalidStag)),
+                            };
+                            if let Err(e) = placed {
                                 return Err(rx.receiver.reject(remote_code(e)));
                             }
                         }
@@ -1648,8 +1681,9 @@ fn copy_local(qp: &Qp<SiwRs>, sges: &[Sge], rights: u32, dst: &mut [u8]) -> core
     for s in sges.iter().filter(|s| s.length > 0) {
         let end = off.saturating_add(s.length as usize);
         let part = dst.get_mut(off..end).ok_or(AccessError::Bounds)?;
-        let m = mem::lookup(qp::stags(qp), s.lkey).ok_or(AccessError::InvalidStag)?;
-        m.copy_out(s.lkey, qp.pd().id(), s.addr, rights, part)?;
+        // At most MAX_INLINE octets in all: copied under the table's lock.
+        mem::with(qp::stags(qp), s.lkey, |m| m.copy_out(s.lkey, qp.pd().id(), s.addr, rights, part))
+            .ok_or(AccessError::InvalidStag)??;
         off = end;
     }
     Ok(())

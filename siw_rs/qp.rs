@@ -439,21 +439,26 @@ fn consume(ring: &UserRing, next: &mut u32) {
     ring.ctrl(Ctrl::Cons).store(*next, Ordering::Release);
 }
 
-/// [`take_entry`] for a send queue entry, reading only the words it uses:
-/// the header, then its SGEs or inline data (an SQE is 40 words, a typical
-/// send uses 10). The rest stays zero in the copy.
-fn take_sqe(ring: &UserRing, next: &mut u32) -> [u64; SQE_WORDS] {
-    let mut w = [0u64; SQE_WORDS];
+/// A copy of a send queue entry (see [`take_sqe`]).
+pub(crate) type SqeCopy = [u64; SQE_WORDS];
+
+/// [`take_entry`] for a send queue entry, into `w`, reading only the words
+/// it uses: the header, then its SGEs or inline data (an SQE is 40 words,
+/// a typical send uses 10). Words past those keep what an earlier entry of
+/// the same ring left there, and nothing reads them: the decoder reads no
+/// further than [`uwqe::sqe_body_words`] bounds this copy. So the caller's
+/// buffer is reused as it is, neither cleared nor returned per entry (320
+/// octets each time, a measurable part of a small message's way out).
+fn take_sqe(ring: &UserRing, next: &mut u32, w: &mut SqeCopy) {
     let head = uwqe::SQE_HEAD_WORDS;
     if let Some(h) = w.get_mut(..head) {
         ring.read(*next, h);
     }
-    let body = uwqe::sqe_body_words(&w);
+    let body = uwqe::sqe_body_words(w);
     if let Some(b) = w.get_mut(head..head.saturating_add(body)) {
         ring.read_from(*next, head, b);
     }
     consume(ring, next);
-    w
 }
 
 /// A process wrote an entry that cannot be executed, or a garbage ring
@@ -479,10 +484,15 @@ fn pull_sq(qp: &Qp<SiwRs>, inner: &mut Inner, wakes: &mut Wakes) {
     // awaiting completion: the ring slot is the process's again once taken,
     // so without this bound a process could post past `max_send_wr` behind
     // an outstanding Read. The rest stays in the ring until `read_done`
-    // kicks the transmitter.
+    // kicks the transmitter. (An empty ring returns before the copy is
+    // cleared: the transmitter looks here after every message.)
+    if avail == 0 {
+        return;
+    }
+    let mut w = [0u64; SQE_WORDS];
     while avail > 0 && (inner.state == QpState::Err || sq_room(inner)) {
         avail -= 1;
-        let w = take_sqe(&u.sq, &mut inner.sq_next);
+        take_sqe(&u.sq, &mut inner.sq_next, &mut w);
         if inner.state == QpState::Err {
             fail_send(qp, w[0], uwqe::send_wc_opcode(&w), WcStatus::WrFlushErr, wakes);
             continue;
@@ -526,32 +536,34 @@ fn user_send_wqe(core: &QpCore, w: &[u64; SQE_WORDS]) -> Result<SendWqe> {
 }
 
 /// The transmitter, finding the send queue empty, takes the ring's next
-/// entry itself: straight to it, without passing through the queue (and,
-/// for inline data, straight into the transmitter's buffer `inline`), if
-/// it may go now. One that must wait (a fence behind outstanding Reads, a
-/// Read beyond the ORD) is queued instead, and `None` returned, as is
-/// `None` for an empty ring, a full queue, or a malformed entry (which
-/// fails it and moves the QP to ERROR, as [`pull_sq`] does).
-fn take_direct(qp: &Qp<SiwRs>, inner: &mut Inner, inline: &mut uwqe::Inline, wakes: &mut Wakes) -> Option<SendWqe> {
+/// entry itself (copied into its buffer `sqe`): straight to it, without
+/// passing through the queue (and, for inline data, straight into the
+/// transmitter's buffer `inline`), if it may go now. One that must wait
+/// (a fence behind outstanding Reads, a Read beyond the ORD) is queued
+/// instead, and `None` returned, as is `None` for an empty ring, a full
+/// queue, or a malformed entry (which fails it and moves the QP to ERROR,
+/// as [`pull_sq`] does).
+fn take_direct(qp: &Qp<SiwRs>, inner: &mut Inner, bufs: TakeBufs<'_>, wakes: &mut Wakes) -> Option<SendWqe> {
     let core = qp.data();
     let u = core.user.as_ref()?;
     if !sq_room(inner) || !matches!(ring_avail(&u.sq, inner.sq_next), Some(n) if n > 0) {
         return None;
     }
-    let w = take_sqe(&u.sq, &mut inner.sq_next);
-    let Ok(wqe) = user_send_wqe(core, &w) else {
-        refuse_sqe(qp, inner, &w, wakes);
+    let TakeBufs { inline, sqe: w } = bufs;
+    take_sqe(&u.sq, &mut inner.sq_next, w);
+    let Ok(wqe) = user_send_wqe(core, w) else {
+        refuse_sqe(qp, inner, w, wakes);
         return None;
     };
     let blocked = (wqe.fence && inner.reads_out > 0) || (awaits_response(&wqe.op) && inner.reads_out >= inner.ord.max(1));
     if !blocked {
         if wqe.inline {
-            uwqe::copy_inline(&w, wqe.len, inline);
+            uwqe::copy_inline(w, wqe.len, inline);
         }
         return Some(wqe);
     }
-    if queue_user_wqe(inner, &w, wqe).is_err() {
-        refuse_sqe(qp, inner, &w, wakes);
+    if queue_user_wqe(inner, w, wqe).is_err() {
+        refuse_sqe(qp, inner, w, wakes);
     }
     None
 }
@@ -1067,26 +1079,34 @@ fn awaits_response(op: &WqeOp) -> bool {
     is_read(op) || matches!(op, WqeOp::Atomic { .. })
 }
 
+/// The transmitter's buffers for the WQE it takes: its inline data, and
+/// the copy of a ring entry taken straight from the ring.
+pub(crate) struct TakeBufs<'a> {
+    pub(crate) inline: &'a mut uwqe::Inline,
+    pub(crate) sqe: &'a mut SqeCopy,
+}
+
 /// The next job, while in RTS: Read Responses first, then the send queue
 /// in order, honouring the fence bit and the ORD. The inline data of a WQE
-/// taken is copied to `inline` (the transmitter's buffer).
-pub(crate) fn next_job(qp: &Qp<SiwRs>, inline: &mut uwqe::Inline) -> Option<Job> {
+/// taken is copied to `bufs.inline` (the transmitter's buffer).
+pub(crate) fn next_job(qp: &Qp<SiwRs>, bufs: TakeBufs<'_>) -> Option<Job> {
     let mut wakes = Wakes::none();
-    let job = next_job_locked(qp, &mut qp.data().inner.lock(), inline, &mut wakes);
+    let job = next_job_locked(qp, &mut qp.data().inner.lock(), bufs, &mut wakes);
     wakes.run(qp);
     job
 }
 
 /// [`next_job`] under the QP lock.
-fn next_job_locked(qp: &Qp<SiwRs>, inner: &mut Inner, inline: &mut uwqe::Inline, wakes: &mut Wakes) -> Option<Job> {
+fn next_job_locked(qp: &Qp<SiwRs>, inner: &mut Inner, bufs: TakeBufs<'_>, wakes: &mut Wakes) -> Option<Job> {
     if inner.state != QpState::Rts {
         return None;
     }
     if let Some(j) = inner.inbound.pop() {
         return Some(Job::Response(j));
     }
+    let TakeBufs { inline, sqe } = bufs;
     if inner.sq.len == 0 {
-        if let Some(w) = take_direct(qp, inner, inline, wakes) {
+        if let Some(w) = take_direct(qp, inner, TakeBufs { inline: &mut *inline, sqe }, wakes) {
             return Some(Job::Wqe(w));
         }
         pull_sq(qp, inner, wakes);
@@ -1133,12 +1153,12 @@ pub(crate) fn sent(qp: &Qp<SiwRs>, w: SendWqe) {
 
 /// [`sent`], then [`next_job`], in one hold of the QP lock: the
 /// transmitter's step from one message to the next.
-pub(crate) fn sent_then_next(qp: &Qp<SiwRs>, w: SendWqe, inline: &mut uwqe::Inline) -> Option<Job> {
+pub(crate) fn sent_then_next(qp: &Qp<SiwRs>, w: SendWqe, bufs: TakeBufs<'_>) -> Option<Job> {
     let mut wakes = Wakes::none();
     let (done, job) = {
         let mut inner = qp.data().inner.lock();
         let done = sent_locked(qp, &mut inner, w, &mut wakes);
-        (done, next_job_locked(qp, &mut inner, inline, &mut wakes))
+        (done, next_job_locked(qp, &mut inner, bufs, &mut wakes))
     };
     drop(done);
     wakes.run(qp);
