@@ -443,7 +443,8 @@ pub(crate) fn lookup(table: &Stags, stag: u32) -> Option<Arc<Mem>> {
 /// Runs `f` on the region `stag` names, under the table's lock, without
 /// taking and dropping a reference as [`lookup`] does (an atomic each,
 /// with a lock that costs about what the table's does). For short
-/// accesses only: a small send's payload. `None` if no region has that
+/// accesses only (interrupts are off): a small send's payload, a received
+/// tagged segment of up to 256 octets. `None` if no region has that
 /// index.
 pub(crate) fn with<R>(table: &Stags, stag: u32, f: impl FnOnce(&Mem) -> R) -> Option<R> {
     let index = usize::try_from(stag >> 8).ok()?;
