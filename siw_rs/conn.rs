@@ -1304,7 +1304,7 @@ impl Conn {
                             let place = |m: &Mem| m.place(t.stag, qp.pd().id(), seg, t.rights, to, p.data);
                             let placed = match &t.mem {
                                 Some(m) => place(m),
-                                None => mem::with(qp::stags(qp), t.stag, place).unwrap_or(Err(AccessError::InvalidStag)),
+                                None => mem::with(qp::stags(qp), t.stag, place),
                             };
                             if let Err(e) = placed {
                                 return Err(rx.receiver.reject(remote_code(e)));
@@ -1682,8 +1682,7 @@ fn copy_local(qp: &Qp<SiwRs>, sges: &[Sge], rights: u32, dst: &mut [u8]) -> core
         let end = off.saturating_add(s.length as usize);
         let part = dst.get_mut(off..end).ok_or(AccessError::Bounds)?;
         // At most MAX_INLINE octets in all: copied under the table's lock.
-        mem::with(qp::stags(qp), s.lkey, |m| m.copy_out(s.lkey, qp.pd().id(), s.addr, rights, part))
-            .ok_or(AccessError::InvalidStag)??;
+        mem::with(qp::stags(qp), s.lkey, |m| m.copy_out(s.lkey, qp.pd().id(), s.addr, rights, part))?;
         off = end;
     }
     Ok(())

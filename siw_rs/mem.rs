@@ -444,12 +444,16 @@ pub(crate) fn lookup(table: &Stags, stag: u32) -> Option<Arc<Mem>> {
 /// taking and dropping a reference as [`lookup`] does (an atomic each,
 /// with a lock that costs about what the table's does). For short
 /// accesses only (interrupts are off): a small send's payload, a received
-/// tagged segment of up to 256 octets. `None` if no region has that
-/// index.
-pub(crate) fn with<R>(table: &Stags, stag: u32, f: impl FnOnce(&Mem) -> R) -> Option<R> {
-    let index = usize::try_from(stag >> 8).ok()?;
+/// tagged segment of up to 256 octets. `InvalidStag` if no region has
+/// that index, as a failed [`lookup`] is reported.
+pub(crate) fn with<R>(
+    table: &Stags,
+    stag: u32,
+    f: impl FnOnce(&Mem) -> Result<R, AccessError>,
+) -> Result<R, AccessError> {
+    let index = usize::try_from(stag >> 8).map_err(|_| AccessError::InvalidStag)?;
     let t = table.lock();
-    t.slots.get(index).and_then(|s| s.as_deref()).map(f)
+    t.slots.get(index).and_then(|s| s.as_deref()).map_or(Err(AccessError::InvalidStag), f)
 }
 
 /// Removes a region from the table; operations holding it finish, new ones
