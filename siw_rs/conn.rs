@@ -114,6 +114,14 @@ struct Rx {
 /// (one hold of the region's lock per piece, and an invalidation between
 /// pieces is seen).
 ///
+/// The region stays here from one segment to the next until the message's
+/// last segment is done: a following segment through the same STag uses
+/// it without a lookup (a peer that sends a 64 KiB Write as 45 MSS-sized
+/// segments, as upstream siw does, costs one lookup, not 45). Each segment
+/// is still checked in full; a region deregistered in between fails that
+/// check (`Invalidated`, the same TERMINATE as a failed lookup), also when
+/// a new region has taken its STag since.
+///
 /// A small segment (up to [`SMALL_TAGGED`] octets) holds no region: each
 /// of its pieces finds it in the table and is placed under the table's
 /// lock ([`mem::with`]), which saves taking and dropping a reference (two
@@ -1248,10 +1256,15 @@ impl Conn {
                             // Every segment is checked, as its pieces are
                             // placed: each names its own range. A zero-length
                             // one names no memory (RFC 6581 RTR messages).
-                            rx.tagged = None;
+                            // The region an earlier segment of this message
+                            // found through the same STag is kept rather than
+                            // looked up again (see `TaggedSeg`).
+                            let prev = rx.tagged.take().and_then(|t| t.mem.filter(|_| t.stag == stag));
                             if h.payload_len > 0 {
                                 let mem = if h.payload_len <= SMALL_TAGGED {
                                     None
+                                } else if prev.is_some() {
+                                    prev
                                 } else {
                                     let Some(mem) = mem::lookup(qp::stags(qp), stag) else {
                                         return Err(rx.receiver.reject(remote_code(AccessError::InvalidStag)));
