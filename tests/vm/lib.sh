@@ -184,7 +184,7 @@ no_qps() {
 
 # kmemleak reports an unreferenced object only once two scans have seen it
 # unchanged (the first records a checksum), and a scan takes 13-20 s on the
-# debug kernel under TCG. So the runner scans after a test only when 240 s
+# debug kernel under TCG. So the runner scans after a test only when 600 s
 # have passed since its last scan: a leak made in one test is reported at
 # the end of a later one, and kmemleak_check names the test that allocated
 # it from the jiffies kmemleak stamps on each object. (The "clear" before
@@ -232,6 +232,17 @@ kmemleak_check() {
 WP=userspace-provider/with-provider
 wp() { "$WP" "$@"; }
 
+# log_tail PREFIX FILE N: the last N lines of FILE, each after PREFIX
+# (builtins only: server_client runs it twice per call).
+log_tail() {
+	local -a l
+	local i
+	mapfile -t l 2>/dev/null < "$2" || return 0
+	for ((i = ${#l[@]} > $3 ? ${#l[@]} - $3 : 0; i < ${#l[@]}; i++)); do
+		printf '%s%s\n' "$1" "${l[i]}"
+	done
+}
+
 # server_client SERVER_NS CLIENT_NS TIMEOUT -- SERVER_CMD... -- CLIENT_CMD...
 # Starts the server, gives it time to listen, runs the client; both must
 # exit 0 within TIMEOUT seconds. Output of both goes to the log.
@@ -248,8 +259,8 @@ server_client() {
 	local crc=0 src=0
 	ip netns exec "$cns" timeout "$t" "${ccmd[@]}" > /tmp/client.log 2>&1 || crc=$?
 	wait "$spid" || src=$?
-	sed 's/^/    server| /' /tmp/server.log | tail -n 15
-	sed 's/^/    client| /' /tmp/client.log | tail -n 15
+	log_tail '    server| ' /tmp/server.log 15
+	log_tail '    client| ' /tmp/client.log 15
 	[ "$crc" = 0 ] || fail_because "client exited $crc: ${ccmd[*]}" || return 1
 	[ "$src" = 0 ] || fail_because "server exited $src: ${scmd[*]}" || return 1
 }
