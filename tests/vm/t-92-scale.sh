@@ -31,14 +31,14 @@ scale_used_kb() {
 }
 
 # How far memory may stay above its level before a check: 32 MiB, and on a
-# kernel with kmemleak (the debug kernel, which has KASAN) the KASAN
-# quarantine too, which keeps freed objects up to 1/32 of memory.
+# kernel with KASAN (the debug kernel, with or without kmemleak) the
+# KASAN quarantine too, which keeps freed objects up to 1/32 of memory.
 scale_tol_kb() {
 	local t
 	t=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)
 	if [ -n "${SIW_RS_SCALE_TOL_KB:-}" ]; then
 		echo "$SIW_RS_SCALE_TOL_KB"
-	elif kmemleak_available; then
+	elif grep -q ' kasan_report$' /proc/kallsyms; then
 		echo $((32768 + t / 32))
 	else
 		echo 32768
