@@ -467,7 +467,7 @@ test_85_enomem_injection() {
 	[ $((failed + killed)) -ge 2 ] || fail_because "only $((failed + killed)) runs failed by injection: the test tested little" || return 1
 	[ "$ok" -ge 1 ] || fail_because "no run without injection passed" || return 1
 	# (Unless it was off from boot: the 'rest' VM of make check.)
-	grep -qw 'kmemleak=off' /proc/cmdline || ! dmesg | grep -q 'kmemleak: .*disabled' ||
+	kmemleak_off_at_boot || ! dmesg | grep -q 'kmemleak: .*disabled' ||
 		fail_because "kmemleak switched itself off" || return 1
 	no_qps rs1 && no_qps rs2 || return 1
 	verified_rping 10 1024
