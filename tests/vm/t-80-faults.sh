@@ -16,6 +16,14 @@ test_80_packet_loss_and_delay() {
 	modprobe sch_netem
 	# 3% loss and 1 ms +- 1 ms of jitter (reordering the stream's segments)
 	# each way: TCP retransmits, and every octet must still arrive intact.
+	# The peers' link addresses are fixed first: netem also drops ARP,
+	# and rping gives address resolution 2 s, less than two ARP
+	# retransmissions take. The test is about the stream, not ARP.
+	local mac1 mac2
+	mac1=$(ip -n h1 -o link show veth1) mac2=$(ip -n h2 -o link show veth2)
+	mac1=${mac1#*link/ether } mac2=${mac2#*link/ether }
+	ip -n h2 neigh replace 10.55.0.1 lladdr "${mac1%% *}" dev veth2 nud permanent
+	ip -n h1 neigh replace 10.55.0.2 lladdr "${mac2%% *}" dev veth1 nud permanent
 	ip -n h1 link set veth1 txqueuelen 1000
 	ip -n h2 link set veth2 txqueuelen 1000
 	tc -n h1 qdisc add dev veth1 root netem loss 3% delay 1ms 1ms
@@ -32,6 +40,8 @@ test_80_packet_loss_and_delay() {
 	[ "$drops" -gt 0 ] || fail_because "netem dropped nothing: the test did not test loss" || return 1
 	tc -n h1 qdisc del dev veth1 root
 	tc -n h2 qdisc del dev veth2 root
+	ip -n h2 neigh del 10.55.0.1 dev veth2
+	ip -n h1 neigh del 10.55.0.2 dev veth1
 	no_qps rs1 && no_qps rs2
 }
 
