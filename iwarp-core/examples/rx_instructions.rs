@@ -6,8 +6,9 @@
 //! machines; an instruction count is not. This program receives the same
 //! RDMA Write ITERATIONS times, one FPDU per 1448-octet TCP segment (the
 //! MULPDU siw_rs and upstream siw use on a 1500-octet MTU path, no CRC, no
-//! markers), either through [`Receiver::poll`] as `siw_rs/conn.rs` drives
-//! it (`rx`) or assembled by hand from the core's parts with no incremental
+//! markers), through [`Receiver::poll`] (`rx`: a call per event), through
+//! [`Receiver::poll_segment`] as `siw_rs/conn.rs` drives it (`segment`: a
+//! call per segment), or assembled by hand from the core's parts with no incremental
 //! state (`hand`: `parse_fpdu`, `DdpHeader::parse`, `rdmap::validate`,
 //! `TaggedStream::accept`, `check_bounds`). Both copy each payload into a
 //! sink and check it byte for byte at the end. Count with callgrind at two
@@ -26,7 +27,7 @@ use iwarp_core::crc32c::SoftCrc32c;
 use iwarp_core::ddp::{check_bounds, BufferFields, DdpHeader, Segmenter, TaggedFields, TaggedStream};
 use iwarp_core::mpa;
 use iwarp_core::rdmap::{self, Extensions, Opcode};
-use iwarp_core::rx::{Receiver, RxConfig, RxEvent, Target};
+use iwarp_core::rx::{Polled, Receiver, RxConfig, RxEvent, Target};
 use std::hint::black_box;
 use std::ops::Range;
 use std::process::ExitCode;
@@ -84,6 +85,29 @@ fn through_receiver(rx: &mut Receiver<SoftCrc32c>, wire: &[u8], fpdus: &[Range<u
     done
 }
 
+/// Through the incremental receiver, a whole segment per call.
+fn through_segments(rx: &mut Receiver<SoftCrc32c>, wire: &[u8], fpdus: &[Range<usize>], sink: &mut [u8]) -> u64 {
+    let room = sink.len() as u32;
+    let mut posted = |_qn: u32, _msn: u32, _op: Opcode| Some(room);
+    let mut done = 0;
+    for r in fpdus {
+        let mut rest = black_box(&wire[r.clone()]);
+        while let Some(p) = rx.poll_segment(&mut rest, &mut posted).expect("receive") {
+            let Polled::Segment(w) = p else {
+                panic!("a whole FPDU came in pieces")
+            };
+            let Target::Tagged { to, .. } = w.done.header.target else {
+                panic!("untagged data")
+            };
+            check_bounds(to, w.done.header.payload_len, TO_BASE, sink.len() as u64).expect("bounds");
+            let at = (to - TO_BASE) as usize;
+            sink[at..at + w.data.len()].copy_from_slice(w.data);
+            done = w.done.message_len.unwrap_or(done);
+        }
+    }
+    done
+}
+
 /// The same checks and copy, each FPDU parsed whole.
 fn by_hand(stream: &mut TaggedStream, wire: &[u8], fpdus: &[Range<usize>], sink: &mut [u8]) -> u64 {
     let mut placed = 0u64;
@@ -105,10 +129,10 @@ fn by_hand(stream: &mut TaggedStream, wire: &[u8], fpdus: &[Range<usize>], sink:
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let usage = || {
-        eprintln!("usage: rx_instructions rx|hand [MESSAGE_OCTETS [ITERATIONS]]");
+        eprintln!("usage: rx_instructions rx|segment|hand [MESSAGE_OCTETS [ITERATIONS]]");
         ExitCode::from(2)
     };
-    let Some(mode) = args.get(1).map(String::as_str).filter(|m| matches!(*m, "rx" | "hand")) else {
+    let Some(mode) = args.get(1).map(String::as_str).filter(|m| matches!(*m, "rx" | "segment" | "hand")) else {
         return usage();
     };
     let parse = |i: usize, default: usize| args.get(i).map_or(Some(default), |s| s.parse().ok());
@@ -130,10 +154,10 @@ fn main() -> ExitCode {
             // clear per run: it cancels out between two iteration counts).
             sink.fill(0);
         }
-        let got = if mode == "rx" {
-            through_receiver(&mut rx, &wire, &fpdus, &mut sink)
-        } else {
-            by_hand(&mut TaggedStream::new(), &wire, &fpdus, &mut sink)
+        let got = match mode {
+            "rx" => through_receiver(&mut rx, &wire, &fpdus, &mut sink),
+            "segment" => through_segments(&mut rx, &wire, &fpdus, &mut sink),
+            _ => by_hand(&mut TaggedStream::new(), &wire, &fpdus, &mut sink),
         };
         if got != len as u64 {
             eprintln!("rx_instructions: {got} octets placed, not {len}");

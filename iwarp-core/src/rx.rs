@@ -369,6 +369,29 @@ pub enum RxEvent<'a> {
     Done(SegmentDone),
 }
 
+/// A segment that arrived whole in one input (see
+/// [`Receiver::poll_segment`]): what its [`RxEvent::Header`], its
+/// [`RxEvent::Data`] (one, unless the payload is empty) and its
+/// [`RxEvent::Done`] would have reported, its CRC already verified.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WholeSegment<'a> {
+    /// The payload, all of it, borrowed from the input; it goes to
+    /// `done.header.target`. Empty for a zero-length segment.
+    pub data: &'a [u8],
+    /// The segment's header and, on its message's last segment, the
+    /// message length.
+    pub done: SegmentDone,
+}
+
+/// What [`Receiver::poll_segment`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Polled<'a> {
+    /// A whole segment, checked.
+    Segment(WholeSegment<'a>),
+    /// The next event of a segment taken step by step.
+    Event(RxEvent<'a>),
+}
+
 // ---------------------------------------------------------------------------
 // Errors
 // ---------------------------------------------------------------------------
@@ -667,6 +690,87 @@ impl<C: CrcEngine> Receiver<C> {
         let (n, r) = self.feed(whole, bufs);
         *input = whole.get(n..).unwrap_or(&[]);
         r
+    }
+
+    /// [`poll`](Self::poll), but a segment whose FPDU lies whole in `input`
+    /// comes as one [`Polled::Segment`] instead of its `Header`, `Data` and
+    /// `Done` events: one call per segment on the common path, and the CRC
+    /// checked before the caller sees the payload. Segments with a
+    /// fixed-format payload, FPDUs split across inputs, and streams with
+    /// markers come as events, as from `poll`. The checks, their order and
+    /// the errors are `poll`'s; [`reject`](Self::reject) after a
+    /// `Segment` refuses that segment, as after its `Done`.
+    pub fn poll_segment<'a, B>(
+        &mut self,
+        input: &mut &'a [u8],
+        bufs: &mut B,
+    ) -> Result<Option<Polled<'a>>, RxError>
+    where
+        B: PostedBuffers + ?Sized,
+    {
+        let whole: &'a [u8] = input;
+        if self.error.is_none() && self.phase == Phase::Length && self.len_got == 0 && self.markers.is_none() {
+            if let Some(r) = self.whole_header(whole, bufs) {
+                let (n, flow) = r?;
+                let after = whole.get(n..).unwrap_or(&[]);
+                *input = after;
+                match flow {
+                    Flow::Event(RxEvent::Header(h)) => {
+                        if let Some((used, seg)) = self.whole_rest(h, after)? {
+                            *input = after.get(used..).unwrap_or(&[]);
+                            return Ok(Some(Polled::Segment(seg)));
+                        }
+                        return Ok(Some(Polled::Event(RxEvent::Header(h))));
+                    }
+                    Flow::Event(ev) => return Ok(Some(Polled::Event(ev))),
+                    // A fixed-format payload follows: step by step.
+                    Flow::More => {}
+                    Flow::Wait => return Ok(None),
+                }
+            }
+        }
+        self.poll(input, bufs).map(|ev| ev.map(Polled::Event))
+    }
+
+    /// After a ULP-data segment's header (its `Header` event `h` just
+    /// made), the payload, pad and CRC field from `rest` if all of them are
+    /// there: the octets used and the segment. `None`, with nothing
+    /// changed, if they are not.
+    fn whole_rest<'a>(
+        &mut self,
+        h: SegmentHeader,
+        rest: &'a [u8],
+    ) -> Result<Option<(usize, WholeSegment<'a>)>, RxError> {
+        let len = usize_from(self.payload_left);
+        let pad = mpa::pad_len(usize::from(self.ulen));
+        let crc_at = len.saturating_add(pad);
+        let used = crc_at.saturating_add(CRC_LEN);
+        let (Some(data), Some(padding), Some(trailer)) = (
+            rest.get(..len),
+            rest.get(len..crc_at),
+            rest.get(crc_at..used).and_then(|t| <[u8; CRC_LEN]>::try_from(t).ok()),
+        ) else {
+            return Ok(None);
+        };
+        if self.config.crc {
+            self.crc.update(data);
+            self.crc.update(padding);
+            if let Err(e) = mpa::check_crc_trailer(self.crc.finish(), &trailer) {
+                return Err(self.fail(RxErrorKind::Mpa(e), mpa_code(e), false));
+            }
+        }
+        self.trailer = trailer;
+        self.trailer_got = CRC_LEN;
+        self.pad_left = 0;
+        self.placed = self.placed.wrapping_add(self.payload_left);
+        self.payload_left = 0;
+        let done = SegmentDone {
+            header: h,
+            message_len: self.message_len,
+        };
+        // A ULP-data segment: never a Terminate.
+        self.start_fpdu();
+        Ok(Some((used, WholeSegment { data, done })))
     }
 
     /// Refuses the current segment with `code` (e.g. an invalid STag, an
@@ -1401,6 +1505,81 @@ mod tests {
         run_with(cfg, &[stream], &mut Unlimited)
     }
 
+    /// `run_with` through `poll_segment`: a whole segment counts as its
+    /// three events (two for an empty payload). Also returns how many
+    /// segments came whole.
+    fn run_segments_with<B: PostedBuffers>(cfg: RxConfig, pieces: &[&[u8]], bufs: &mut B) -> (Outcome, usize) {
+        let mut rx = Receiver::new(cfg, SoftCrc32c::new());
+        let mut events = Vec::new();
+        let mut order = Order::default();
+        let mut wholes = 0;
+        for piece in pieces {
+            let mut rest: &[u8] = piece;
+            loop {
+                let before = rest.len();
+                match rx.poll_segment(&mut rest, bufs) {
+                    Ok(Some(Polled::Segment(w))) => {
+                        assert!(rest.len() < before, "a segment consumes input");
+                        wholes += 1;
+                        let h = w.done.header;
+                        assert!(h.fixed.is_none());
+                        assert_eq!(w.data.len(), h.payload_len as usize);
+                        assert!(rx.at_fpdu_boundary());
+                        let mut evs = vec![RxEvent::Header(h)];
+                        if !w.data.is_empty() {
+                            evs.push(RxEvent::Data(Placement { target: h.target, data: w.data }));
+                        }
+                        evs.push(RxEvent::Done(w.done));
+                        for ev in evs {
+                            order.check(&ev);
+                            push(&mut events, ev);
+                        }
+                    }
+                    Ok(Some(Polled::Event(ev))) => {
+                        assert!(rest.len() < before, "an event consumes input");
+                        order.check(&ev);
+                        push(&mut events, ev);
+                    }
+                    Ok(None) => {
+                        assert!(rest.is_empty(), "Ok(None) consumes everything");
+                        break;
+                    }
+                    Err(e) => {
+                        assert_eq!(rx.error(), Some(&e));
+                        let mut more: &[u8] = b"more";
+                        assert_eq!(rx.poll_segment(&mut more, bufs), Err(e), "input refused");
+                        assert_eq!(more, b"more");
+                        assert!(e.terminate.is_consistent());
+                        return (Outcome { events, error: Some(e), boundary: false }, wholes);
+                    }
+                }
+            }
+        }
+        let boundary = rx.at_fpdu_boundary();
+        (Outcome { events, error: None, boundary }, wholes)
+    }
+
+    /// An outcome as both ways of polling must agree on it: after an
+    /// error, the failed segment's events (`poll` hands out a payload
+    /// before its CRC is checked, `poll_segment` a whole segment only
+    /// after) are left out.
+    fn settled(mut o: Outcome) -> Outcome {
+        if o.error.is_some() {
+            let keep = o.events.iter().rposition(|e| matches!(e, Ev::Done(_))).map_or(0, |i| i + 1);
+            o.events.truncate(keep);
+        }
+        o
+    }
+
+    /// `poll_segment` and `poll` agree on `pieces`; returns the number of
+    /// whole segments.
+    fn same_both_ways<B: PostedBuffers + Clone>(cfg: RxConfig, pieces: &[&[u8]], bufs: &B) -> usize {
+        let by_event = run_with(cfg, pieces, &mut bufs.clone());
+        let (by_segment, wholes) = run_segments_with(cfg, pieces, &mut bufs.clone());
+        assert_eq!(settled(by_segment), settled(by_event), "{cfg:?}");
+        wholes
+    }
+
     fn cfg(crc: bool) -> RxConfig {
         RxConfig {
             extensions: Extensions::ALL,
@@ -1953,6 +2132,68 @@ mod tests {
             let threes: Vec<&[u8]> = s.chunks(3).collect();
             assert_eq!(run_with(c, &threes, &mut Unlimited), whole, "{c:?} by 3");
         }
+    }
+
+    /// `poll_segment` gives what `poll` gives, whole segments where they
+    /// lie whole in the input, events elsewhere.
+    #[test]
+    fn whole_segments_match_events() {
+        for c in configs() {
+            let s = stream_for(&c);
+            let wholes = same_both_ways(c, &[&s], &Unlimited);
+            // Every ULP-data segment of the vectors comes whole without
+            // markers, none with them.
+            let data_segments = expected_events()
+                .iter()
+                .filter(|e| matches!(e, Ev::Header(h) if h.fixed.is_none()))
+                .count();
+            assert!(data_segments > 0);
+            let want = if c.markers.is_none() { data_segments } else { 0 };
+            assert_eq!(wholes, want, "{c:?}");
+            for i in 0..=s.len() {
+                let (a, b) = s.split_at(i);
+                same_both_ways(c, &[a, b], &Unlimited);
+            }
+            let bytes: Vec<&[u8]> = s.chunks(1).collect();
+            assert_eq!(same_both_ways(c, &bytes, &Unlimited), 0, "{c:?} bytewise");
+        }
+    }
+
+    /// A CRC error in a whole segment: the error, and no payload handed
+    /// out before it.
+    #[test]
+    fn whole_segment_crc_error_places_nothing() {
+        let mut f = frame(ulpdu_of(&WRITE), true);
+        let last = f.len() - 1;
+        f[last] ^= 1;
+        let mut rx = Receiver::new(cfg(true), SoftCrc32c::new());
+        let mut rest: &[u8] = &f;
+        let e = rx.poll_segment(&mut rest, &mut Unlimited).unwrap_err();
+        assert!(matches!(e.kind, RxErrorKind::Mpa(MpaError::BadCrc { .. })), "{e:?}");
+        assert_eq!(e, run(cfg(true), &f).error.unwrap());
+        // Intact, it comes whole, its payload the Write's.
+        let f = frame(ulpdu_of(&WRITE), true);
+        let mut rx = Receiver::new(cfg(true), SoftCrc32c::new());
+        let mut rest: &[u8] = &f;
+        let Ok(Some(Polled::Segment(w))) = rx.poll_segment(&mut rest, &mut Unlimited) else {
+            panic!("not whole");
+        };
+        assert!(rest.is_empty());
+        assert_eq!(w.data, &ulpdu_of(&WRITE)[14..]);
+        assert_eq!(w.done.header.opcode, Opcode::RdmaWrite);
+    }
+
+    /// `reject` after a whole segment reports that segment, as after its
+    /// `Done` event.
+    #[test]
+    fn reject_after_whole_segment() {
+        let code = TermCode::DdpTagged(TaggedCode::InvalidStag);
+        let (by_event, _) = reject_at(&WRITE, |ev| matches!(ev, RxEvent::Done(_)), code);
+        let mut rx = Receiver::new(cfg(false), SoftCrc32c::new());
+        let mut rest: &[u8] = &WRITE;
+        assert!(matches!(rx.poll_segment(&mut rest, &mut Unlimited), Ok(Some(Polled::Segment(_)))));
+        assert_eq!(rx.reject(code), by_event);
+        with_ddp_header(&by_event, &WRITE[2..16], 5);
     }
 
     /// Found by the `rx_stream` fuzz target: `stream_pos()` left out the
@@ -2901,6 +3142,9 @@ mod tests {
                 }
             }
             prop_assert!(rx.at_fpdu_boundary());
+            // The same through poll_segment, split and whole.
+            same_both_ways(c, &pieces(&wire, &sizes), &bufs);
+            same_both_ways(c, &[&wire], &bufs);
             for (i, m) in msgs.iter().enumerate() {
                 prop_assert_eq!(completed[i], Some(u64::from(m.len)), "message {}", i);
                 for (j, b) in got[i].iter().enumerate() {
@@ -2928,6 +3172,8 @@ mod tests {
             };
             let mut bufs = |_: u32, msn: u32, _: Opcode| (!msn.is_multiple_of(3)).then_some(msn.wrapping_mul(97));
             let out = run_with(c, &pieces(&bytes, &sizes), &mut bufs);
+            let (by_segment, _) = run_segments_with(c, &pieces(&bytes, &sizes), &mut bufs);
+            prop_assert_eq!(settled(by_segment), settled(out.clone()));
             // Either everything was consumed, or a defined error with a
             // consistent Terminate.
             if let Some(e) = out.error {
@@ -2951,8 +3197,10 @@ mod tests {
             }
             let c = RxConfig { markers, ..cfg(crc) };
             let split = run_with(c, &pieces(&s, &sizes), &mut Unlimited);
-            // Same result whatever the split.
+            // Same result whatever the split, and through poll_segment.
             prop_assert_eq!(&split, &run(c, &s));
+            same_both_ways(c, &pieces(&s, &sizes), &Unlimited);
+            same_both_ways(c, &[&s], &Unlimited);
             if crc {
                 // With CRC nothing corrupted completes: the verified
                 // segments are the original ones, in order.

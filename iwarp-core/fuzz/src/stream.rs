@@ -35,7 +35,7 @@ use iwarp_core::rdmap::{
 };
 use iwarp_core::rx::{
     FixedPayload, PostedBuffers, Receiver, RxConfig, RxError, RxErrorKind, RxEvent, SegmentDone,
-    SegmentHeader, Target, MAX_FIXED_LEN, MIN_ULPDU_LEN,
+    Placement, Polled, SegmentHeader, Target, MAX_FIXED_LEN, MIN_ULPDU_LEN,
 };
 use iwarp_core::terminate::{
     self, HeaderCopy, HeaderPolicy, MpaCode, RemoteOperationCode, TermCode, TerminateRepr,
@@ -1685,7 +1685,122 @@ pub fn drive_splits(
     let mut cuts = || sched.next_size();
     let by_schedule = drive(cfg, wire, framing, &mut cuts, posted.clone(), reject);
     assert_eq!(by_schedule, o, "scheduled pieces vs one piece");
+    // Through `poll_segment`, in one piece and in the schedule's.
+    let settled = settled(&o);
+    let by_segment = drive_segments(cfg, wire, &mut whole(), posted.clone(), reject);
+    assert_eq!(by_segment, settled, "poll_segment vs poll, one piece");
+    let mut sched = sched.clone();
+    let mut cuts = || sched.next_size();
+    let by_segment = drive_segments(cfg, wire, &mut cuts, posted.clone(), reject);
+    assert_eq!(by_segment, settled, "poll_segment vs poll, scheduled pieces");
     o
+}
+
+/// What `poll` and `poll_segment` must agree on: the events (after an
+/// error, up to the last segment completed before it: `poll` hands out a
+/// payload before its CRC is checked, `poll_segment` a whole segment only
+/// after), the error, the posted-buffer queries.
+type Settled = (Vec<Ev>, Option<RxError>, Vec<Query>);
+
+fn settled(o: &Outcome) -> Settled {
+    let mut events = o.events.clone();
+    if o.error.is_some() {
+        let keep = events.iter().rposition(|e| matches!(e, Ev::Done(_))).map_or(0, |i| i + 1);
+        events.truncate(keep);
+    }
+    (events, o.error, o.queries.clone())
+}
+
+/// [`drive`] through [`Receiver::poll_segment`]: a whole segment counts as
+/// its events (its Header, its payload if any, its Done); a rejection at
+/// the `reject.0`-th header of a whole segment refuses it after the fact,
+/// as the caller of `poll_segment` does. Checks what `poll_segment`
+/// promises beyond `poll`: whole segments only without markers, each
+/// with its full payload, leaving the receiver at an FPDU boundary.
+pub fn drive_segments(
+    cfg: &RxConfig,
+    wire: &[u8],
+    cuts: Cuts<'_>,
+    posted: Posted,
+    reject: Option<(usize, TermCode)>,
+) -> Settled {
+    let mut posted = posted;
+    let mut rx = Receiver::new(*cfg, SoftCrc32c::new());
+    let mut events = Vec::new();
+    let mut headers = 0usize;
+    let mut error = None;
+    let mut at = 0usize;
+    let mut empties = 64usize;
+    let mut first = true;
+    'pieces: while first || at < wire.len() {
+        first = false;
+        let mut n = cuts();
+        if n == 0 {
+            if empties == 0 {
+                n = usize::MAX;
+            } else {
+                empties -= 1;
+            }
+        }
+        let end = at.saturating_add(n).min(wire.len());
+        let mut rest = &wire[at..end];
+        at = end;
+        loop {
+            let before = rest.len();
+            match rx.poll_segment(&mut rest, &mut posted) {
+                Ok(None) => {
+                    assert!(rest.is_empty(), "Ok(None) must consume everything");
+                    break;
+                }
+                Ok(Some(p)) => {
+                    assert!(rest.len() < before, "progress");
+                    let (h, evs) = match p {
+                        Polled::Segment(w) => {
+                            assert!(cfg.markers.is_none(), "a whole segment with markers");
+                            let h = w.done.header;
+                            assert!(h.fixed.is_none());
+                            assert_eq!(w.data.len(), h.payload_len as usize);
+                            assert!(rx.at_fpdu_boundary());
+                            let mut evs = vec![RxEvent::Header(h)];
+                            if !w.data.is_empty() {
+                                evs.push(RxEvent::Data(Placement { target: h.target, data: w.data }));
+                            }
+                            evs.push(RxEvent::Done(w.done));
+                            (Some(h), evs)
+                        }
+                        Polled::Event(ev) => {
+                            let h = if let RxEvent::Header(h) = ev { Some(h) } else { None };
+                            (h, vec![ev])
+                        }
+                    };
+                    if h.is_some() {
+                        headers += 1;
+                        if let Some((_, code)) = reject.filter(|r| r.0 + 1 == headers) {
+                            // The caller refuses the segment at its header.
+                            push_event(&mut events, &evs[0]);
+                            let e = rx.reject(code);
+                            assert_eq!(e.kind, RxErrorKind::Rejected);
+                            error = Some(e);
+                            break 'pieces;
+                        }
+                    }
+                    for ev in &evs {
+                        push_event(&mut events, ev);
+                    }
+                }
+                Err(e) => {
+                    assert_eq!(rx.error(), Some(&e));
+                    error = Some(e);
+                    break 'pieces;
+                }
+            }
+        }
+    }
+    if error.is_some() {
+        let keep = events.iter().rposition(|e| matches!(e, Ev::Done(_))).map_or(0, |i| i + 1);
+        events.truncate(keep);
+    }
+    (events, error, posted.log)
 }
 
 /// Checks [`Framing`] against the reference transmitter on a clean stream:
