@@ -32,7 +32,7 @@ use crate::{
     iwarp::{
         mpa::{Negotiated, RES_LARGE_FPDUS},
         rdmap::{AtomicOp, AtomicRequest, AtomicResponse, Extensions, ImmediateData, Opcode},
-        rx::{FixedPayload, Receiver, RxConfig, RxError, RxEvent, Target},
+        rx::{FixedPayload, Placement, Polled, Receiver, RxConfig, RxError, RxEvent, SegmentDone, SegmentHeader, Target},
         terminate::{RemoteProtectionCode, TaggedCode, TermCode, TerminateRepr},
         tx::{Batch, Chunk, Message, MessageTx, PayloadSource, PlanStatus, Transmitter, TxConfig, TxError},
     },
@@ -1206,253 +1206,291 @@ impl Conn {
                 3 if qp::atomic_sink(qp).is_some() => Some(u32::MAX),
                 _ => None,
             };
-            let Some(ev) = rx.receiver.poll(&mut rest, &mut posted)? else {
+            let Some(polled) = rx.receiver.poll_segment(&mut rest, &mut posted)? else {
                 return Ok(());
             };
-            match ev {
-                RxEvent::Header(h) => match h.opcode {
-                    Opcode::Send | Opcode::SendSe | Opcode::SendInvalidate | Opcode::SendSeInvalidate => {
-                        if h.first {
-                            let Some(w) = qp::pop_recv(qp) else {
-                                return Err(rx.receiver.reject(TermCode::DdpUntagged(
-                                    crate::iwarp::terminate::UntaggedCode::MsnNoBuffer,
-                                )));
-                            };
-                            match resolve_recv(qp, &w) {
-                                Ok(mems) => rx.recv = Some((w, mems)),
-                                Err(_) => {
-                                    qp::complete_recv(qp, w, WcStatus::LocProtErr, 0, false, RecvKind::Send { invalidated: None });
-                                    return Err(rx.receiver.reject(TermCode::RdmapLocalCatastrophic(0xff)));
-                                }
-                            }
-                        }
+            match polled {
+                // A segment that came whole (the common case: one call,
+                // its CRC already checked): its header, payload and
+                // completion in the order its events would have come.
+                Polled::Segment(w) => {
+                    let h = w.done.header;
+                    self.rx_header(rx, h)?;
+                    if !w.data.is_empty() {
+                        self.rx_data(rx, Placement { target: h.target, data: w.data })?;
                     }
-                    Opcode::RdmaWrite | Opcode::RdmaReadResponse => {
-                        if let Target::Tagged { stag, to } = h.target {
-                            let rights = if h.opcode == Opcode::RdmaWrite {
-                                Access::REMOTE_WRITE
-                            } else {
-                                // The sink must be the oldest outstanding
-                                // Read's, a local buffer.
-                                let (addr, len) = match qp::read_sink(qp) {
-                                    Some((lkey, addr, len, _)) if lkey == stag || h.payload_len == 0 => (addr, len),
-                                    _ => {
-                                        return Err(rx.receiver.reject(TermCode::RdmapRemoteOperation(
-                                            crate::iwarp::terminate::RemoteOperationCode::UnexpectedOpcode,
-                                        )))
-                                    }
-                                };
-                                // Its segments fill the sink in order and
-                                // never past the size the Read asked for
-                                // (RFC 5040 section 4.4).
-                                let end = rx.resp_off.checked_add(h.payload_len).filter(|&e| e <= len);
-                                let at = addr.wrapping_add(u64::from(rx.resp_off));
-                                match end {
-                                    Some(e) if h.payload_len == 0 || to == at => rx.resp_off = e,
-                                    _ => return Err(rx.receiver.reject(TermCode::DdpTagged(TaggedCode::BaseBounds))),
-                                }
-                                Access::LOCAL_WRITE
-                            };
-                            // Every segment is checked, as its pieces are
-                            // placed: each names its own range. A zero-length
-                            // one names no memory (RFC 6581 RTR messages).
-                            // The region an earlier segment of this message
-                            // found through the same STag is kept rather than
-                            // looked up again (see `TaggedSeg`).
-                            let prev = rx.tagged.take().and_then(|t| t.mem.filter(|_| t.stag == stag));
-                            if h.payload_len > 0 {
-                                let mem = if h.payload_len <= SMALL_TAGGED {
-                                    None
-                                } else if prev.is_some() {
-                                    prev
-                                } else {
-                                    let Some(mem) = mem::lookup(qp::stags(qp), stag) else {
-                                        return Err(rx.receiver.reject(remote_code(AccessError::InvalidStag)));
-                                    };
-                                    Some(mem)
-                                };
-                                rx.tagged = Some(TaggedSeg { mem, stag, to, len: h.payload_len, rights });
-                            }
-                        }
-                    }
-                    Opcode::RdmaReadRequest => {
-                        if let Some(FixedPayload::ReadRequest(req)) = h.fixed {
-                            match check_remote(qp, req.source_stag, req.source_to, req.read_size, Access::REMOTE_READ) {
-                                Ok(m) => rx.inbound = Some(Inbound::Read(ReadJob { req, mem: m })),
-                                Err(e) => return Err(rx.receiver.reject(read_source_code(e))),
-                            }
-                        }
-                    }
-                    Opcode::AtomicRequest => {
-                        if let Some(FixedPayload::AtomicRequest(req)) = h.fixed {
-                            match check_atomic_target(qp, &req) {
-                                Ok(mem) => rx.inbound = Some(Inbound::Atomic(AtomicJob { req, mem })),
-                                Err(code) => return Err(rx.receiver.reject(code)),
-                            }
-                        }
-                    }
-                    Opcode::ImmediateData | Opcode::ImmediateDataSe => {
-                        // It takes a receive WQE of its own, like a Send,
-                        // but places nothing in it.
-                        let Some(w) = qp::pop_recv(qp) else {
-                            return Err(rx.receiver.reject(TermCode::DdpUntagged(
-                                crate::iwarp::terminate::UntaggedCode::MsnNoBuffer,
-                            )));
-                        };
-                        rx.recv = Some((w, [const { None }; qp::NSGE]));
-                    }
-                    // Matched against the outstanding request when
-                    // complete.
-                    Opcode::AtomicResponse | Opcode::Terminate => {}
-                },
-                RxEvent::Data(p) => match p.target {
-                    Target::Untagged { mo, .. } => {
-                        if let Some((w, mems)) = &rx.recv {
-                            place_recv(w, mems, mo, p.data);
-                        }
-                    }
-                    Target::Tagged { to, .. } => {
-                        if let Some(t) = &rx.tagged {
-                            let seg = (t.to, u64::from(t.len));
-                            let place = |m: &Mem| m.place(t.stag, qp.pd().id(), seg, t.rights, to, p.data);
-                            let placed = match &t.mem {
-                                Some(m) => place(m),
-                                None => mem::with(qp::stags(qp), t.stag, place),
-                            };
-                            if let Err(e) = placed {
-                                return Err(rx.receiver.reject(remote_code(e)));
-                            }
-                        }
-                    }
-                },
-                RxEvent::Done(d) => match d.header.opcode {
-                    Opcode::Send | Opcode::SendSe | Opcode::SendInvalidate | Opcode::SendSeInvalidate => {
-                        if let Some(len) = d.message_len {
-                            if let Some((w, _)) = rx.recv.take() {
-                                let se = matches!(d.header.opcode, Opcode::SendSe | Opcode::SendSeInvalidate);
-                                let inv = d.header.invalidate_stag;
-                                if let Some(stag) = inv {
-                                    let r = mem::lookup(qp::stags(qp), stag)
-                                        .ok_or(AccessError::InvalidStag)
-                                        .and_then(|m| m.remote_invalidate(stag, qp.pd().id()));
-                                    if let Err(e) = r {
-                                        // The data is placed, but the receive
-                                        // fails and the stream ends.
-                                        let kind = RecvKind::Send { invalidated: None };
-                                        qp::complete_recv(qp, w, WcStatus::RemInvReqErr, len as u32, se, kind);
-                                        return Err(rx.receiver.reject(TermCode::RdmapRemoteProtection(match e {
-                                            AccessError::InvalidStag | AccessError::Invalidated => RemoteProtectionCode::InvalidStag,
-                                            AccessError::WrongPd => RemoteProtectionCode::StagNotAssociated,
-                                            _ => RemoteProtectionCode::CannotInvalidate,
-                                        })));
-                                    }
-                                }
-                                let kind = RecvKind::Send { invalidated: inv };
-                                qp::complete_recv(qp, w, WcStatus::Success, len as u32, se, kind);
-                            }
-                        }
-                    }
-                    Opcode::RdmaWrite => {
-                        if let Some(len) = d.message_len {
-                            rx.tagged = None;
-                            rx.write_len = u32::try_from(len).unwrap_or(u32::MAX);
-                        }
-                    }
-                    Opcode::ImmediateData | Opcode::ImmediateDataSe => {
-                        if let (Some((w, _)), Some(FixedPayload::ImmediateData(imm))) = (rx.recv.take(), d.header.fixed) {
-                            let se = d.header.opcode == Opcode::ImmediateDataSe;
-                            let v = imm_of(&imm);
-                            let len = core::mem::take(&mut rx.write_len);
-                            qp::complete_recv(qp, w, WcStatus::Success, len, se, RecvKind::Immediate(v));
-                        }
-                    }
-                    Opcode::AtomicResponse => {
-                        let Some(FixedPayload::AtomicResponse(resp)) = d.header.fixed else { continue };
-                        // Responses come in request order: this one must
-                        // answer the oldest outstanding request, an Atomic.
-                        let unexpected = || {
-                            TermCode::RdmapRemoteOperation(
-                                crate::iwarp::terminate::RemoteOperationCode::UnexpectedOpcode,
-                            )
-                        };
-                        let Some((id, lkey, addr)) = qp::atomic_sink(qp) else {
-                            return Err(rx.receiver.reject(unexpected()));
-                        };
-                        if id != resp.request_id {
-                            return Err(rx.receiver.reject(unexpected()));
-                        }
-                        // The sink was checked when the request was sent; a
-                        // sink deregistered since then fails the request.
-                        let placed = check_remote(qp, lkey, addr, 8, Access::LOCAL_WRITE).is_ok_and(|m| {
-                            m.is_some_and(|m| {
-                                m.translate(addr, 8, |kva, n| {
-                                    let v = resp.original_value.to_ne_bytes();
-                                    // SAFETY: `kva` was resolved through the
-                                    // sink region just checked.
-                                    unsafe { kmem::copy_to(kva, v.get(..n).unwrap_or(&[])) };
-                                })
-                                .is_ok()
-                            })
-                        });
-                        if !placed {
-                            qp::fail_oldest(qp, WcStatus::LocProtErr);
-                            return Err(rx.receiver.reject(TermCode::RdmapLocalCatastrophic(0xff)));
-                        }
-                        qp::response_done(qp);
-                        *kick = true;
-                    }
-                    Opcode::RdmaReadResponse => {
-                        if d.message_len.is_some() {
-                            rx.tagged = None;
-                            // A last segment short of the size asked for
-                            // leaves the sink partly unwritten.
-                            let got = core::mem::take(&mut rx.resp_off);
-                            let sink = qp::read_sink(qp);
-                            if sink.is_some_and(|(_, _, len, _)| got != len) {
-                                return Err(rx.receiver.reject(TermCode::DdpTagged(TaggedCode::BaseBounds)));
-                            }
-                            if let Some((_, _, _, Some(inv))) = sink {
-                                if let Some(m) = mem::lookup(qp::stags(qp), inv) {
-                                    let _ = m.invalidate(inv);
-                                }
-                            }
-                            qp::response_done(qp);
-                            *kick = true;
-                        }
-                    }
-                    Opcode::RdmaReadRequest | Opcode::AtomicRequest => {
-                        if let Some(job) = rx.inbound.take() {
-                            if qp::queue_response(qp, job).is_err() {
-                                return Err(rx.receiver.reject(TermCode::DdpUntagged(
-                                    crate::iwarp::terminate::UntaggedCode::MsnNoBuffer,
-                                )));
-                            }
-                            *kick = true;
-                        }
-                    }
-                    Opcode::Terminate => {
-                        if let Some(FixedPayload::Terminate(t)) = d.header.fixed {
-                            match t {
-                                Ok(t) => {
-                                    if net::peer_log_allowed() {
-                                        pr_info!("qp {}: peer sent TERMINATE {:?}\n", qp.qp_num(), t.code.wire());
-                                    }
-                                    rx.peer_code = Some(t.code);
-                                }
-                                Err(_) => {
-                                    if net::peer_log_allowed() {
-                                        pr_info!("qp {}: peer sent a malformed TERMINATE\n", qp.qp_num());
-                                    }
-                                }
-                            }
-                        }
-                        // The stream ends here; no TERMINATE goes back.
-                        rx.peer_terminated = true;
-                        return Ok(());
-                    }
-                },
+                    self.rx_done(rx, w.done, kick)?;
+                }
+                Polled::Event(RxEvent::Header(h)) => self.rx_header(rx, h)?,
+                Polled::Event(RxEvent::Data(p)) => self.rx_data(rx, p)?,
+                Polled::Event(RxEvent::Done(d)) => self.rx_done(rx, d, kick)?,
+            }
+            // The peer's TERMINATE ends the stream.
+            if rx.peer_terminated {
+                return Ok(());
             }
         }
+    }
+
+    /// A segment's header is in: find what it goes to (the receive WQE, the
+    /// region, the inbound request's target), or refuse it.
+    fn rx_header(&self, rx: &mut Rx, h: SegmentHeader) -> core::result::Result<(), RxError> {
+        let qp = self.qp();
+        match h.opcode {
+            Opcode::Send | Opcode::SendSe | Opcode::SendInvalidate | Opcode::SendSeInvalidate => {
+                if h.first {
+                    let Some(w) = qp::pop_recv(qp) else {
+                        return Err(rx.receiver.reject(TermCode::DdpUntagged(
+                            crate::iwarp::terminate::UntaggedCode::MsnNoBuffer,
+                        )));
+                    };
+                    match resolve_recv(qp, &w) {
+                        Ok(mems) => rx.recv = Some((w, mems)),
+                        Err(_) => {
+                            qp::complete_recv(qp, w, WcStatus::LocProtErr, 0, false, RecvKind::Send { invalidated: None });
+                            return Err(rx.receiver.reject(TermCode::RdmapLocalCatastrophic(0xff)));
+                        }
+                    }
+                }
+            }
+            Opcode::RdmaWrite | Opcode::RdmaReadResponse => {
+                if let Target::Tagged { stag, to } = h.target {
+                    let rights = if h.opcode == Opcode::RdmaWrite {
+                        Access::REMOTE_WRITE
+                    } else {
+                        // The sink must be the oldest outstanding
+                        // Read's, a local buffer.
+                        let (addr, len) = match qp::read_sink(qp) {
+                            Some((lkey, addr, len, _)) if lkey == stag || h.payload_len == 0 => (addr, len),
+                            _ => {
+                                return Err(rx.receiver.reject(TermCode::RdmapRemoteOperation(
+                                    crate::iwarp::terminate::RemoteOperationCode::UnexpectedOpcode,
+                                )))
+                            }
+                        };
+                        // Its segments fill the sink in order and
+                        // never past the size the Read asked for
+                        // (RFC 5040 section 4.4).
+                        let end = rx.resp_off.checked_add(h.payload_len).filter(|&e| e <= len);
+                        let at = addr.wrapping_add(u64::from(rx.resp_off));
+                        match end {
+                            Some(e) if h.payload_len == 0 || to == at => rx.resp_off = e,
+                            _ => return Err(rx.receiver.reject(TermCode::DdpTagged(TaggedCode::BaseBounds))),
+                        }
+                        Access::LOCAL_WRITE
+                    };
+                    // Every segment is checked, as its pieces are
+                    // placed: each names its own range. A zero-length
+                    // one names no memory (RFC 6581 RTR messages).
+                    // The region an earlier segment of this message
+                    // found through the same STag is kept rather than
+                    // looked up again (see `TaggedSeg`).
+                    let prev = rx.tagged.take().and_then(|t| t.mem.filter(|_| t.stag == stag));
+                    if h.payload_len > 0 {
+                        let mem = if h.payload_len <= SMALL_TAGGED {
+                            None
+                        } else if prev.is_some() {
+                            prev
+                        } else {
+                            let Some(mem) = mem::lookup(qp::stags(qp), stag) else {
+                                return Err(rx.receiver.reject(remote_code(AccessError::InvalidStag)));
+                            };
+                            Some(mem)
+                        };
+                        rx.tagged = Some(TaggedSeg { mem, stag, to, len: h.payload_len, rights });
+                    }
+                }
+            }
+            Opcode::RdmaReadRequest => {
+                if let Some(FixedPayload::ReadRequest(req)) = h.fixed {
+                    match check_remote(qp, req.source_stag, req.source_to, req.read_size, Access::REMOTE_READ) {
+                        Ok(m) => rx.inbound = Some(Inbound::Read(ReadJob { req, mem: m })),
+                        Err(e) => return Err(rx.receiver.reject(read_source_code(e))),
+                    }
+                }
+            }
+            Opcode::AtomicRequest => {
+                if let Some(FixedPayload::AtomicRequest(req)) = h.fixed {
+                    match check_atomic_target(qp, &req) {
+                        Ok(mem) => rx.inbound = Some(Inbound::Atomic(AtomicJob { req, mem })),
+                        Err(code) => return Err(rx.receiver.reject(code)),
+                    }
+                }
+            }
+            Opcode::ImmediateData | Opcode::ImmediateDataSe => {
+                // It takes a receive WQE of its own, like a Send,
+                // but places nothing in it.
+                let Some(w) = qp::pop_recv(qp) else {
+                    return Err(rx.receiver.reject(TermCode::DdpUntagged(
+                        crate::iwarp::terminate::UntaggedCode::MsnNoBuffer,
+                    )));
+                };
+                rx.recv = Some((w, [const { None }; qp::NSGE]));
+            }
+            // Matched against the outstanding request when
+            // complete.
+            Opcode::AtomicResponse | Opcode::Terminate => {}
+        }
+        Ok(())
+    }
+
+    /// Places a piece of a segment's payload.
+    fn rx_data(&self, rx: &mut Rx, p: Placement<'_>) -> core::result::Result<(), RxError> {
+        let qp = self.qp();
+        match p.target {
+            Target::Untagged { mo, .. } => {
+                if let Some((w, mems)) = &rx.recv {
+                    place_recv(w, mems, mo, p.data);
+                }
+            }
+            Target::Tagged { to, .. } => {
+                if let Some(t) = &rx.tagged {
+                    let seg = (t.to, u64::from(t.len));
+                    let place = |m: &Mem| m.place(t.stag, qp.pd().id(), seg, t.rights, to, p.data);
+                    let placed = match &t.mem {
+                        Some(m) => place(m),
+                        None => mem::with(qp::stags(qp), t.stag, place),
+                    };
+                    if let Err(e) = placed {
+                        return Err(rx.receiver.reject(remote_code(e)));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A segment is complete and verified: completions, responses, the
+    /// peer's TERMINATE.
+    fn rx_done(&self, rx: &mut Rx, d: SegmentDone, kick: &mut bool) -> core::result::Result<(), RxError> {
+        let qp = self.qp();
+        match d.header.opcode {
+            Opcode::Send | Opcode::SendSe | Opcode::SendInvalidate | Opcode::SendSeInvalidate => {
+                if let Some(len) = d.message_len {
+                    if let Some((w, _)) = rx.recv.take() {
+                        let se = matches!(d.header.opcode, Opcode::SendSe | Opcode::SendSeInvalidate);
+                        let inv = d.header.invalidate_stag;
+                        if let Some(stag) = inv {
+                            let r = mem::lookup(qp::stags(qp), stag)
+                                .ok_or(AccessError::InvalidStag)
+                                .and_then(|m| m.remote_invalidate(stag, qp.pd().id()));
+                            if let Err(e) = r {
+                                // The data is placed, but the receive
+                                // fails and the stream ends.
+                                let kind = RecvKind::Send { invalidated: None };
+                                qp::complete_recv(qp, w, WcStatus::RemInvReqErr, len as u32, se, kind);
+                                return Err(rx.receiver.reject(TermCode::RdmapRemoteProtection(match e {
+                                    AccessError::InvalidStag | AccessError::Invalidated => RemoteProtectionCode::InvalidStag,
+                                    AccessError::WrongPd => RemoteProtectionCode::StagNotAssociated,
+                                    _ => RemoteProtectionCode::CannotInvalidate,
+                                })));
+                            }
+                        }
+                        let kind = RecvKind::Send { invalidated: inv };
+                        qp::complete_recv(qp, w, WcStatus::Success, len as u32, se, kind);
+                    }
+                }
+            }
+            Opcode::RdmaWrite => {
+                if let Some(len) = d.message_len {
+                    rx.tagged = None;
+                    rx.write_len = u32::try_from(len).unwrap_or(u32::MAX);
+                }
+            }
+            Opcode::ImmediateData | Opcode::ImmediateDataSe => {
+                if let (Some((w, _)), Some(FixedPayload::ImmediateData(imm))) = (rx.recv.take(), d.header.fixed) {
+                    let se = d.header.opcode == Opcode::ImmediateDataSe;
+                    let v = imm_of(&imm);
+                    let len = core::mem::take(&mut rx.write_len);
+                    qp::complete_recv(qp, w, WcStatus::Success, len, se, RecvKind::Immediate(v));
+                }
+            }
+            Opcode::AtomicResponse => {
+                let Some(FixedPayload::AtomicResponse(resp)) = d.header.fixed else { return Ok(()) };
+                // Responses come in request order: this one must
+                // answer the oldest outstanding request, an Atomic.
+                let unexpected = || {
+                    TermCode::RdmapRemoteOperation(
+                        crate::iwarp::terminate::RemoteOperationCode::UnexpectedOpcode,
+                    )
+                };
+                let Some((id, lkey, addr)) = qp::atomic_sink(qp) else {
+                    return Err(rx.receiver.reject(unexpected()));
+                };
+                if id != resp.request_id {
+                    return Err(rx.receiver.reject(unexpected()));
+                }
+                // The sink was checked when the request was sent; a
+                // sink deregistered since then fails the request.
+                let placed = check_remote(qp, lkey, addr, 8, Access::LOCAL_WRITE).is_ok_and(|m| {
+                    m.is_some_and(|m| {
+                        m.translate(addr, 8, |kva, n| {
+                            let v = resp.original_value.to_ne_bytes();
+                            // SAFETY: `kva` was resolved through the
+                            // sink region just checked.
+                            unsafe { kmem::copy_to(kva, v.get(..n).unwrap_or(&[])) };
+                        })
+                        .is_ok()
+                    })
+                });
+                if !placed {
+                    qp::fail_oldest(qp, WcStatus::LocProtErr);
+                    return Err(rx.receiver.reject(TermCode::RdmapLocalCatastrophic(0xff)));
+                }
+                qp::response_done(qp);
+                *kick = true;
+            }
+            Opcode::RdmaReadResponse => {
+                if d.message_len.is_some() {
+                    rx.tagged = None;
+                    // A last segment short of the size asked for
+                    // leaves the sink partly unwritten.
+                    let got = core::mem::take(&mut rx.resp_off);
+                    let sink = qp::read_sink(qp);
+                    if sink.is_some_and(|(_, _, len, _)| got != len) {
+                        return Err(rx.receiver.reject(TermCode::DdpTagged(TaggedCode::BaseBounds)));
+                    }
+                    if let Some((_, _, _, Some(inv))) = sink {
+                        if let Some(m) = mem::lookup(qp::stags(qp), inv) {
+                            let _ = m.invalidate(inv);
+                        }
+                    }
+                    qp::response_done(qp);
+                    *kick = true;
+                }
+            }
+            Opcode::RdmaReadRequest | Opcode::AtomicRequest => {
+                if let Some(job) = rx.inbound.take() {
+                    if qp::queue_response(qp, job).is_err() {
+                        return Err(rx.receiver.reject(TermCode::DdpUntagged(
+                            crate::iwarp::terminate::UntaggedCode::MsnNoBuffer,
+                        )));
+                    }
+                    *kick = true;
+                }
+            }
+            Opcode::Terminate => {
+                if let Some(FixedPayload::Terminate(t)) = d.header.fixed {
+                    match t {
+                        Ok(t) => {
+                            if net::peer_log_allowed() {
+                                pr_info!("qp {}: peer sent TERMINATE {:?}\n", qp.qp_num(), t.code.wire());
+                            }
+                            rx.peer_code = Some(t.code);
+                        }
+                        Err(_) => {
+                            if net::peer_log_allowed() {
+                                pr_info!("qp {}: peer sent a malformed TERMINATE\n", qp.qp_num());
+                            }
+                        }
+                    }
+                }
+                // The stream ends here; no TERMINATE goes back.
+                rx.peer_terminated = true;
+                return Ok(());
+            }
+        }
+        Ok(())
     }
 
     /// Starts teardown (idempotent): `term` is sent first if given.
