@@ -88,6 +88,16 @@
 //! `Done` event of the segment (the fixed payload is repeated there for
 //! that purpose). On a CRC error `Done` never comes: the stream fails.
 //!
+//! # One call per segment
+//!
+//! [`Receiver::poll_segment`] is `poll` with a shortcut: a ULP-data segment
+//! whose FPDU lies whole in the input, in a stream without markers, comes as
+//! one [`Polled::Segment`] ([`WholeSegment`]: its payload and its `Done`),
+//! the CRC already checked; everything else comes as the events above. The
+//! caller handles a whole segment as its `Header`, `Data` and `Done` in that
+//! order. It saves the calls and the result moves of three events on the
+//! common path (one FPDU per TCP segment).
+//!
 //! # Posted buffers
 //!
 //! At the first segment of every untagged message (other than a Terminate,
