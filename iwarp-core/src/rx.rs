@@ -393,6 +393,21 @@ pub struct WholeSegment<'a> {
     pub done: SegmentDone,
 }
 
+impl<'a> WholeSegment<'a> {
+    /// The events the segment stands for, in their order: its `Header`,
+    /// its `Data` unless the payload is empty, its `Done`.
+    pub fn events(&self) -> impl Iterator<Item = RxEvent<'a>> {
+        let h = self.done.header;
+        let data = (!self.data.is_empty()).then_some(RxEvent::Data(Placement {
+            target: h.target,
+            data: self.data,
+        }));
+        [Some(RxEvent::Header(h)), data, Some(RxEvent::Done(self.done))]
+            .into_iter()
+            .flatten()
+    }
+}
+
 /// What [`Receiver::poll_segment`] found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Polled<'a> {
@@ -1470,19 +1485,41 @@ mod tests {
         }
     }
 
-    fn run_with<B: PostedBuffers>(cfg: RxConfig, pieces: &[&[u8]], bufs: &mut B) -> Outcome {
+    /// Feeds `pieces` to a new receiver through `poll`, or (`whole`)
+    /// through `poll_segment`, where a whole segment counts as its events;
+    /// also returns how many segments came whole.
+    fn run_by<B: PostedBuffers>(cfg: RxConfig, pieces: &[&[u8]], bufs: &mut B, whole: bool) -> (Outcome, usize) {
         let mut rx = Receiver::new(cfg, SoftCrc32c::new());
         let mut events = Vec::new();
         let mut order = Order::default();
+        let mut wholes = 0;
         for piece in pieces {
             let mut rest: &[u8] = piece;
             loop {
                 let before = rest.len();
-                match rx.poll(&mut rest, bufs) {
-                    Ok(Some(ev)) => {
+                let polled = if whole {
+                    rx.poll_segment(&mut rest, bufs)
+                } else {
+                    rx.poll(&mut rest, bufs).map(|ev| ev.map(Polled::Event))
+                };
+                match polled {
+                    Ok(Some(p)) => {
                         assert!(rest.len() < before, "an event consumes input");
-                        order.check(&ev);
-                        push(&mut events, ev);
+                        let evs: Vec<RxEvent<'_>> = match p {
+                            Polled::Segment(w) => {
+                                assert!(whole);
+                                wholes += 1;
+                                assert!(w.done.header.fixed.is_none());
+                                assert_eq!(w.data.len(), w.done.header.payload_len as usize);
+                                assert!(rx.at_fpdu_boundary());
+                                w.events().collect()
+                            }
+                            Polled::Event(ev) => vec![ev],
+                        };
+                        for ev in evs {
+                            order.check(&ev);
+                            push(&mut events, ev);
+                        }
                     }
                     Ok(None) => {
                         assert!(rest.is_empty(), "Ok(None) consumes everything");
@@ -1492,81 +1529,32 @@ mod tests {
                         assert_eq!(rx.error(), Some(&e));
                         assert_eq!(rx.feed(b"more", bufs), (0, Err(e)), "input refused");
                         assert_eq!(rx.feed(&[], bufs), (0, Err(e)));
+                        let mut more: &[u8] = b"more";
+                        assert_eq!(rx.poll_segment(&mut more, bufs), Err(e));
+                        assert_eq!(more, b"more");
                         assert_eq!(rx.reject(UNEXPECTED_OPCODE), e, "first error wins");
                         assert!(e.terminate.is_consistent());
                         assert_eq!(e.code(), e.terminate.code);
-                        return Outcome {
+                        let o = Outcome {
                             events,
                             error: Some(e),
                             boundary: false,
                         };
-                    }
-                }
-            }
-        }
-        Outcome {
-            events,
-            error: None,
-            boundary: rx.at_fpdu_boundary(),
-        }
-    }
-
-    fn run(cfg: RxConfig, stream: &[u8]) -> Outcome {
-        run_with(cfg, &[stream], &mut Unlimited)
-    }
-
-    /// `run_with` through `poll_segment`: a whole segment counts as its
-    /// three events (two for an empty payload). Also returns how many
-    /// segments came whole.
-    fn run_segments_with<B: PostedBuffers>(cfg: RxConfig, pieces: &[&[u8]], bufs: &mut B) -> (Outcome, usize) {
-        let mut rx = Receiver::new(cfg, SoftCrc32c::new());
-        let mut events = Vec::new();
-        let mut order = Order::default();
-        let mut wholes = 0;
-        for piece in pieces {
-            let mut rest: &[u8] = piece;
-            loop {
-                let before = rest.len();
-                match rx.poll_segment(&mut rest, bufs) {
-                    Ok(Some(Polled::Segment(w))) => {
-                        assert!(rest.len() < before, "a segment consumes input");
-                        wholes += 1;
-                        let h = w.done.header;
-                        assert!(h.fixed.is_none());
-                        assert_eq!(w.data.len(), h.payload_len as usize);
-                        assert!(rx.at_fpdu_boundary());
-                        let mut evs = vec![RxEvent::Header(h)];
-                        if !w.data.is_empty() {
-                            evs.push(RxEvent::Data(Placement { target: h.target, data: w.data }));
-                        }
-                        evs.push(RxEvent::Done(w.done));
-                        for ev in evs {
-                            order.check(&ev);
-                            push(&mut events, ev);
-                        }
-                    }
-                    Ok(Some(Polled::Event(ev))) => {
-                        assert!(rest.len() < before, "an event consumes input");
-                        order.check(&ev);
-                        push(&mut events, ev);
-                    }
-                    Ok(None) => {
-                        assert!(rest.is_empty(), "Ok(None) consumes everything");
-                        break;
-                    }
-                    Err(e) => {
-                        assert_eq!(rx.error(), Some(&e));
-                        let mut more: &[u8] = b"more";
-                        assert_eq!(rx.poll_segment(&mut more, bufs), Err(e), "input refused");
-                        assert_eq!(more, b"more");
-                        assert!(e.terminate.is_consistent());
-                        return (Outcome { events, error: Some(e), boundary: false }, wholes);
+                        return (o, wholes);
                     }
                 }
             }
         }
         let boundary = rx.at_fpdu_boundary();
         (Outcome { events, error: None, boundary }, wholes)
+    }
+
+    fn run_with<B: PostedBuffers>(cfg: RxConfig, pieces: &[&[u8]], bufs: &mut B) -> Outcome {
+        run_by(cfg, pieces, bufs, false).0
+    }
+
+    fn run(cfg: RxConfig, stream: &[u8]) -> Outcome {
+        run_with(cfg, &[stream], &mut Unlimited)
     }
 
     /// An outcome as both ways of polling must agree on it: after an
@@ -1585,7 +1573,7 @@ mod tests {
     /// whole segments.
     fn same_both_ways<B: PostedBuffers + Clone>(cfg: RxConfig, pieces: &[&[u8]], bufs: &B) -> usize {
         let by_event = run_with(cfg, pieces, &mut bufs.clone());
-        let (by_segment, wholes) = run_segments_with(cfg, pieces, &mut bufs.clone());
+        let (by_segment, wholes) = run_by(cfg, pieces, &mut bufs.clone(), true);
         assert_eq!(settled(by_segment), settled(by_event), "{cfg:?}");
         wholes
     }
@@ -3182,7 +3170,7 @@ mod tests {
             };
             let mut bufs = |_: u32, msn: u32, _: Opcode| (!msn.is_multiple_of(3)).then_some(msn.wrapping_mul(97));
             let out = run_with(c, &pieces(&bytes, &sizes), &mut bufs);
-            let (by_segment, _) = run_segments_with(c, &pieces(&bytes, &sizes), &mut bufs);
+            let (by_segment, _) = run_by(c, &pieces(&bytes, &sizes), &mut bufs, true);
             prop_assert_eq!(settled(by_segment), settled(out.clone()));
             // Either everything was consumed, or a defined error with a
             // consistent Terminate.

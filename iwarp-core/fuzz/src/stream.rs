@@ -35,7 +35,7 @@ use iwarp_core::rdmap::{
 };
 use iwarp_core::rx::{
     FixedPayload, PostedBuffers, Receiver, RxConfig, RxError, RxErrorKind, RxEvent, SegmentDone,
-    Placement, Polled, SegmentHeader, Target, MAX_FIXED_LEN, MIN_ULPDU_LEN,
+    Polled, SegmentHeader, Target, MAX_FIXED_LEN, MIN_ULPDU_LEN,
 };
 use iwarp_core::terminate::{
     self, HeaderCopy, HeaderPolicy, MpaCode, RemoteOperationCode, TermCode, TerminateRepr,
@@ -1319,6 +1319,47 @@ impl<'f> Model<'f> {
 /// piece); `usize::MAX` = the rest.
 pub type Cuts<'c> = &'c mut dyn FnMut() -> usize;
 
+/// The pieces `cuts` makes of `wire`, in order: at least one (an empty
+/// wire gives one empty piece); at most 64 empty pieces, after which a 0
+/// from `cuts` means the rest (a schedule of zeros must not spin forever).
+struct Pieces<'w, 'c> {
+    wire: &'w [u8],
+    cuts: Cuts<'c>,
+    /// Where the next piece starts.
+    at: usize,
+    empties: usize,
+    first: bool,
+}
+
+impl<'w, 'c> Pieces<'w, 'c> {
+    fn new(wire: &'w [u8], cuts: Cuts<'c>) -> Self {
+        Pieces { wire, cuts, at: 0, empties: 64, first: true }
+    }
+}
+
+impl<'w> Iterator for Pieces<'w, '_> {
+    type Item = &'w [u8];
+
+    fn next(&mut self) -> Option<&'w [u8]> {
+        if !self.first && self.at >= self.wire.len() {
+            return None;
+        }
+        self.first = false;
+        let mut n = (self.cuts)();
+        if n == 0 {
+            if self.empties == 0 {
+                n = usize::MAX;
+            } else {
+                self.empties -= 1;
+            }
+        }
+        let end = self.at.saturating_add(n).min(self.wire.len());
+        let piece = &self.wire[self.at..end];
+        self.at = end;
+        Some(piece)
+    }
+}
+
 /// Feeds `wire` to a new [`Receiver`] in the pieces `cuts` gives, with the
 /// caller's buffers `posted`; at the `reject.0`-th `Header` event (counted
 /// from 0) calls `reject(reject.1)`. Checks:
@@ -1361,24 +1402,9 @@ pub fn drive(
     let mut headers = 0usize;
     let mut error: Option<RxError> = None;
     let mut rejected = None;
-    let mut at = 0usize;
-    // At most this many empty pieces; then a 0 from `cuts` means the rest
-    // (a schedule of zeros must not spin forever).
-    let mut empties = 64usize;
-    let mut first = true;
-    'pieces: while first || at < wire.len() {
-        first = false;
-        let mut n = cuts();
-        if n == 0 {
-            if empties == 0 {
-                n = usize::MAX;
-            } else {
-                empties -= 1;
-            }
-        }
-        let end = at.saturating_add(n).min(wire.len());
-        let mut rest = &wire[at..end];
-        at = end;
+    let mut pieces = Pieces::new(wire, cuts);
+    'pieces: for piece in pieces.by_ref() {
+        let mut rest = piece;
         loop {
             let (used, r) = rx.feed(rest, &mut posted);
             assert!(used <= rest.len(), "consumed {used} of {}", rest.len());
@@ -1430,7 +1456,7 @@ pub fn drive(
         let f = f.expect("error beyond the stream");
         check_error(&e, rejected, &f.ulpdu, f.ulen);
         // Sticky.
-        for input in [&wire[at.min(wire.len())..], &[][..], &[0u8, 1, 2][..]] {
+        for input in [&wire[pieces.at.min(wire.len())..], &[][..], &[0u8, 1, 2][..]] {
             let (used, r) = rx.feed(input, &mut posted);
             assert_eq!((used, r), (0, Err(e)), "after the error");
         }
@@ -1458,7 +1484,7 @@ pub fn drive(
                 rx.at_fpdu_boundary(),
                 clean,
                 "at_fpdu_boundary() after {} of {} octets ({} FPDUs, last complete: {clean})",
-                at,
+                pieces.at,
                 wire.len(),
                 framing.fpdus.len()
             );
@@ -1729,22 +1755,8 @@ pub fn drive_segments(
     let mut events = Vec::new();
     let mut headers = 0usize;
     let mut error = None;
-    let mut at = 0usize;
-    let mut empties = 64usize;
-    let mut first = true;
-    'pieces: while first || at < wire.len() {
-        first = false;
-        let mut n = cuts();
-        if n == 0 {
-            if empties == 0 {
-                n = usize::MAX;
-            } else {
-                empties -= 1;
-            }
-        }
-        let end = at.saturating_add(n).min(wire.len());
-        let mut rest = &wire[at..end];
-        at = end;
+    'pieces: for piece in Pieces::new(wire, cuts) {
+        let mut rest = piece;
         loop {
             let before = rest.len();
             match rx.poll_segment(&mut rest, &mut posted) {
@@ -1761,12 +1773,7 @@ pub fn drive_segments(
                             assert!(h.fixed.is_none());
                             assert_eq!(w.data.len(), h.payload_len as usize);
                             assert!(rx.at_fpdu_boundary());
-                            let mut evs = vec![RxEvent::Header(h)];
-                            if !w.data.is_empty() {
-                                evs.push(RxEvent::Data(Placement { target: h.target, data: w.data }));
-                            }
-                            evs.push(RxEvent::Done(w.done));
-                            (Some(h), evs)
+                            (Some(h), w.events().collect::<Vec<_>>())
                         }
                         Polled::Event(ev) => {
                             let h = if let RxEvent::Header(h) = ev { Some(h) } else { None };
