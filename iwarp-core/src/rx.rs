@@ -96,7 +96,9 @@
 //! the CRC already checked; everything else comes as the events above. The
 //! caller handles a whole segment as its `Header`, `Data` and `Done` in that
 //! order. It saves the calls and the result moves of three events on the
-//! common path (one FPDU per TCP segment).
+//! common path (one FPDU per TCP segment). A whole segment whose CRC fails
+//! never reaches the caller: the stream fails with the CRC error even where
+//! the caller would have refused the segment at its header.
 //!
 //! # Posted buffers
 //!
@@ -723,8 +725,12 @@ impl<C: CrcEngine> Receiver<C> {
     /// checked before the caller sees the payload. Segments with a
     /// fixed-format payload, FPDUs split across inputs, and streams with
     /// markers come as events, as from `poll`. The checks, their order and
-    /// the errors are `poll`'s; [`reject`](Self::reject) after a
-    /// `Segment` refuses that segment, as after its `Done`.
+    /// the errors are `poll`'s, but for one: the CRC of a whole segment is
+    /// checked before the caller sees its header, so a segment the caller
+    /// would refuse at its header and whose CRC fails ends with the CRC
+    /// error (an FPDU that does not verify is not acted on).
+    /// [`reject`](Self::reject) after a `Segment` refuses that segment, as
+    /// after its `Done`.
     pub fn poll_segment<'a, B>(
         &mut self,
         input: &mut &'a [u8],
@@ -2169,6 +2175,14 @@ mod tests {
         let e = rx.poll_segment(&mut rest, &mut Unlimited).unwrap_err();
         assert!(matches!(e.kind, RxErrorKind::Mpa(MpaError::BadCrc { .. })), "{e:?}");
         assert_eq!(e, run(cfg(true), &f).error.unwrap());
+        // poll hands out the header (and the payload) before the CRC
+        // field: a caller refusing the segment there would end the stream
+        // with its own code instead.
+        let mut rx = Receiver::new(cfg(true), SoftCrc32c::new());
+        let mut rest: &[u8] = &f;
+        assert!(matches!(rx.poll(&mut rest, &mut Unlimited), Ok(Some(RxEvent::Header(_)))));
+        let code = TermCode::DdpTagged(TaggedCode::InvalidStag);
+        assert_eq!(rx.reject(code).kind, RxErrorKind::Rejected);
         // Intact, it comes whole, its payload the Write's.
         let f = frame(ulpdu_of(&WRITE), true);
         let mut rx = Receiver::new(cfg(true), SoftCrc32c::new());
