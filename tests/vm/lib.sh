@@ -218,9 +218,23 @@ kmemleak_check() {
 		echo scan > /sys/kernel/debug/kmemleak
 	fi
 	echo scan > /sys/kernel/debug/kmemleak
-	local report
+	local report i
 	report=$(< /sys/kernel/debug/kmemleak)
 	[ -n "$report" ] || return 0
+	# The report lists the objects still allocated and unreferenced. One
+	# freed later was not leaked, only kept by a reference kmemleak does
+	# not scan (test_85 has twice reported a thread's task_struct and what
+	# hangs off it, after fault injection into its process): three more
+	# scans, 10 s apart, and whatever is still listed then is reported.
+	for ((i = 0; i < 3; i++)); do
+		nap 10
+		echo scan > /sys/kernel/debug/kmemleak
+		report=$(< /sys/kernel/debug/kmemleak)
+		if [ -z "$report" ]; then
+			echo "    kmemleak: the objects it reported were freed within $(((i + 1) * 10)) s and scans: not leaked" >&2
+			return 0
+		fi
+	done
 	# Each object's header and allocation backtrace, without the hex
 	# dumps, so the backtraces of a few objects fit (one was cut off
 	# at 60 lines when test_85 reported five core objects).
