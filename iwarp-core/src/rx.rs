@@ -786,21 +786,13 @@ impl<C: CrcEngine> Receiver<C> {
         if self.config.crc {
             self.crc.update(data);
             self.crc.update(padding);
-            if let Err(e) = mpa::check_crc_trailer(self.crc.finish(), &trailer) {
-                return Err(self.fail(RxErrorKind::Mpa(e), mpa_code(e), false));
-            }
         }
         self.trailer = trailer;
         self.trailer_got = CRC_LEN;
+        let done = self.segment_done(h)?;
         self.pad_left = 0;
         self.placed = self.placed.wrapping_add(self.payload_left);
         self.payload_left = 0;
-        let done = SegmentDone {
-            header: h,
-            message_len: self.message_len,
-        };
-        // A ULP-data segment: never a Terminate.
-        self.start_fpdu();
         Ok(Some((used, WholeSegment { data, done })))
     }
 
@@ -1384,14 +1376,23 @@ impl<C: CrcEngine> Receiver<C> {
         if self.trailer_got < CRC_LEN {
             return Ok((n, Flow::More));
         }
+        let Some(header) = self.current else {
+            return Err(self.internal());
+        };
+        let done = self.segment_done(header)?;
+        Ok((n, Flow::Event(RxEvent::Done(done))))
+    }
+
+    /// The CRC field of the current segment (`header`) is in
+    /// (`trailer`): checks it, with CRC on, and ends the segment (the
+    /// stream, after a Terminate).
+    #[inline(always)]
+    fn segment_done(&mut self, header: SegmentHeader) -> Result<SegmentDone, RxError> {
         if self.config.crc {
             if let Err(e) = mpa::check_crc_trailer(self.crc.finish(), &self.trailer) {
                 return Err(self.fail(RxErrorKind::Mpa(e), mpa_code(e), false));
             }
         }
-        let Some(header) = self.current else {
-            return Err(self.internal());
-        };
         let done = SegmentDone {
             header,
             message_len: self.message_len,
@@ -1401,7 +1402,7 @@ impl<C: CrcEngine> Receiver<C> {
         } else {
             self.start_fpdu();
         }
-        Ok((n, Flow::Event(RxEvent::Done(done))))
+        Ok(done)
     }
 }
 

@@ -1745,12 +1745,15 @@ pub fn drive_splits(
 type Settled = (Vec<Ev>, Option<RxError>, Vec<Query>);
 
 fn settled(o: &Outcome) -> Settled {
-    let mut events = o.events.clone();
-    if o.error.is_some() {
+    settle(o.events.clone(), o.error, o.queries.clone())
+}
+
+fn settle(mut events: Vec<Ev>, error: Option<RxError>, queries: Vec<Query>) -> Settled {
+    if error.is_some() {
         let keep = events.iter().rposition(|e| matches!(e, Ev::Done(_))).map_or(0, |i| i + 1);
         events.truncate(keep);
     }
-    (events, o.error, o.queries.clone())
+    (events, error, queries)
 }
 
 /// [`drive`] through [`Receiver::poll_segment`]: a whole segment counts as
@@ -1782,21 +1785,18 @@ pub fn drive_segments(
                 }
                 Ok(Some(p)) => {
                     assert!(rest.len() < before, "progress");
-                    let (h, evs) = match p {
+                    let evs: Vec<RxEvent<'_>> = match p {
                         Polled::Segment(w) => {
                             assert!(cfg.markers.is_none(), "a whole segment with markers");
                             let h = w.done.header;
                             assert!(h.fixed.is_none());
                             assert_eq!(w.data.len(), h.payload_len as usize);
                             assert!(rx.at_fpdu_boundary());
-                            (Some(h), w.events().collect::<Vec<_>>())
+                            w.events().collect()
                         }
-                        Polled::Event(ev) => {
-                            let h = if let RxEvent::Header(h) = ev { Some(h) } else { None };
-                            (h, vec![ev])
-                        }
+                        Polled::Event(ev) => vec![ev],
                     };
-                    if h.is_some() {
+                    if matches!(evs[0], RxEvent::Header(_)) {
                         headers += 1;
                         if let Some((_, code)) = reject.filter(|r| r.0 + 1 == headers) {
                             // The caller refuses the segment at its header.
@@ -1819,11 +1819,7 @@ pub fn drive_segments(
             }
         }
     }
-    if error.is_some() {
-        let keep = events.iter().rposition(|e| matches!(e, Ev::Done(_))).map_or(0, |i| i + 1);
-        events.truncate(keep);
-    }
-    (events, error, posted.log)
+    settle(events, error, posted.log)
 }
 
 /// Checks [`Framing`] against the reference transmitter on a clean stream:
