@@ -257,7 +257,10 @@ pub(crate) struct QpCore {
     doorbells: AtomicU32,
     #[pin]
     inner: IrqSpinLock<Inner>,
-    /// Signalled when the connection unlinks itself or a CM reference goes.
+    /// Signalled when the connection unlinks itself or a CM reference goes,
+    /// always with `inner` held: `destroy` waits on it and the QP is freed
+    /// once `destroy` returns, so a signal sent after the lock is released
+    /// could reach freed memory (a KASAN use-after-free in CI, 2026-11-29).
     #[pin]
     idle: CondVar,
 }
@@ -1014,8 +1017,15 @@ pub(crate) fn conn_of(qp: &Qp<SiwRs>) -> Option<Arc<Conn>> {
 /// The connection finished its teardown.
 pub(crate) fn conn_closed(qp: &Qp<SiwRs>) {
     let core = qp.data();
-    let old = core.inner.lock().conn.take();
-    core.idle.notify_all();
+    let old = {
+        let mut inner = core.inner.lock();
+        let old = inner.conn.take();
+        // Signalled under the lock: once it is released, `destroy` may see
+        // the connection gone, return, and the QP (this condition variable
+        // with it) be freed.
+        core.idle.notify_all();
+        old
+    };
     // The last reference may be this one: drop it outside the lock.
     drop(old);
 }
@@ -1480,11 +1490,11 @@ impl QpCore {
 /// `iw_rem_ref`.
 pub(crate) fn cm_unref(qp: &Qp<SiwRs>) {
     let core = qp.data();
-    {
-        let mut inner = core.inner.lock();
-        inner.cm_refs = inner.cm_refs.saturating_sub(1);
-    }
+    let mut inner = core.inner.lock();
+    inner.cm_refs = inner.cm_refs.saturating_sub(1);
+    // Under the lock, as in `conn_closed`: after it, the QP may be gone.
     core.idle.notify_all();
+    drop(inner);
 }
 
 /// QP numbers of a device, for `iw_get_qp` and the doorbell files.
