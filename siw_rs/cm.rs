@@ -124,7 +124,7 @@ pub(crate) fn connect(dev: &Device<SiwRs>, id: CmId, qp: &Qp<SiwRs>, p: &ConnPar
                 // socket callbacks may report as soon as they are attached
                 // (a peer that closes right after its Reply).
                 id.deliver(&ev);
-                conn.attach();
+                conn.up();
             }
             Err((e, reply_pd)) => {
                 pr_debug!("active connect failed: {:?}\n", e);
@@ -443,7 +443,7 @@ pub(crate) fn accept(id: CmId, qp: &Qp<SiwRs>, p: &ConnParam<'_>) -> Result {
     // iw_cm BUG()s on a CLOSE before ESTABLISHED. Whatever arrived
     // meanwhile waits in the socket; attaching processes it.
     id.deliver(&ev);
-    conn.attach();
+    conn.up();
     Ok(())
 }
 

@@ -435,6 +435,16 @@ impl Pace {
     }
 }
 
+/// The connection manager's id of a connection, and what the CM knows.
+struct CmLink {
+    /// Until CLOSE is delivered (or the CM is to hear nothing).
+    id: Option<CmId>,
+    /// CONNECT_REPLY or ESTABLISHED has been delivered ([`Conn::up`]).
+    up: bool,
+    /// The teardown ran before that; `up` delivers its CLOSE.
+    close_held: bool,
+}
+
 /// One connection.
 #[pin_data]
 pub(crate) struct Conn {
@@ -447,10 +457,11 @@ pub(crate) struct Conn {
     remote: crate::net::SockAddr,
     #[pin]
     attached: Mutex<Option<Attached<Conn>>>,
-    /// The connection manager's id, until CLOSE is delivered. An
-    /// interrupt-safe lock: the peer-closed path runs in softirq context.
+    /// The connection manager's id, until CLOSE is delivered, and what
+    /// the CM has been told. An interrupt-safe lock: the peer-closed path
+    /// runs in softirq context.
     #[pin]
-    cm: crate::sync::IrqSpinLock<Option<CmId>>,
+    cm: crate::sync::IrqSpinLock<CmLink>,
     /// Receive state. Only the receive path takes this lock, and it runs
     /// under the socket lock (the stack calls data-ready either in softirq
     /// when no one owns the socket, or in process context from
@@ -582,7 +593,7 @@ impl Conn {
                 local,
                 remote,
                 attached <- new_mutex!(None),
-                cm <- crate::sync::new_irq_spinlock!(Some(cm)),
+                cm <- crate::sync::new_irq_spinlock!(CmLink { id: Some(cm), up: false, close_held: false }),
                 rx <- crate::sync::new_bh_spinlock!(Rx {
                     receiver,
                     recv: None,
@@ -623,9 +634,31 @@ impl Conn {
         Ok(conn)
     }
 
+    /// The CM has been told the connection is up (CONNECT_REPLY or
+    /// ESTABLISHED delivered): a CLOSE held back until then is delivered
+    /// now, else the socket callbacks are attached.
+    ///
+    /// iw_cm BUG()s on a CLOSE that comes before the event that made the
+    /// connection up, and the consumer may close the QP (ERROR, destroy)
+    /// from another thread from the moment `qp::establish` links it, which
+    /// is before that event can be delivered. The teardown reports CLOSE
+    /// only once the CM knows the connection; a teardown that came first
+    /// leaves it to this call.
+    pub(crate) fn up(self: &Arc<Self>) {
+        let held = {
+            let mut link = self.cm.lock();
+            link.up = true;
+            if link.close_held { link.id.take() } else { None }
+        };
+        if let Some(cm) = held {
+            self.report(&cm, CmEventKind::Close);
+        }
+        self.attach();
+    }
+
     /// Installs the socket callbacks; data that arrived meanwhile is read
     /// at once.
-    pub(crate) fn attach(self: &Arc<Self>) {
+    fn attach(self: &Arc<Self>) {
         {
             // The CM already knows the connection, so the consumer may
             // have closed it meanwhile; `close` sets `closing` before its
@@ -653,7 +686,7 @@ impl Conn {
     /// The connection manager is not to hear from this connection (its
     /// setup failed before the CM was told it is up).
     pub(crate) fn forget_cm(&self) {
-        let _ = self.cm.lock().take();
+        let _ = self.cm.lock().id.take();
     }
 
     /// Local and peer addresses.
@@ -1571,7 +1604,17 @@ impl Conn {
             };
             qp.event(ev);
         }
-        let cm = self.cm.lock().take();
+        // CLOSE only after the event that made the connection up (see
+        // `up`), which delivers it if this came first.
+        let cm = {
+            let mut link = self.cm.lock();
+            if link.up {
+                link.id.take()
+            } else {
+                link.close_held = true;
+                None
+            }
+        };
         if let Some(cm) = cm {
             self.report(&cm, CmEventKind::Close);
         }
@@ -1583,7 +1626,12 @@ impl Conn {
         if self.closing.load(Ordering::Acquire) {
             return;
         }
-        let cm = self.cm.lock().clone();
+        // (The callbacks that call this are attached only once the CM
+        // knows the connection is up; `up` is checked all the same.)
+        let cm = {
+            let link = self.cm.lock();
+            if link.up { link.id.clone() } else { None }
+        };
         if let Some(cm) = cm {
             self.report(&cm, CmEventKind::Disconnect);
         }
