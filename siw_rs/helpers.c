@@ -430,7 +430,11 @@ void siw_rs_h_mmap_free(struct rdma_user_mmap_entry *entry)
 
 /* Pinned user memory. The last reference to a region may go in softirq
  * context (a receive holding it), but unpinning may sleep: the release runs
- * from a work item on a module-owned queue, drained at module exit. */
+ * from a work item on a module-owned queue, drained at module exit. That
+ * may be after the device was unregistered and deallocated (a region's
+ * last holder may be a connection torn down late, and rmmod drains the
+ * queue after removing the devices), and ib_umem_release reads the
+ * device: each holder keeps a reference to it. */
 struct siw_rs_umem {
 	struct work_struct work;
 	struct ib_umem *umem;
@@ -520,8 +524,11 @@ static void siw_rs_umem_release(struct work_struct *work)
 {
 	struct siw_rs_umem *u = container_of(work, struct siw_rs_umem, work);
 
+	struct ib_device *dev = u->umem->ibdev;
+
 	kvfree(u->pages);
 	ib_umem_release(u->umem);
+	put_device(&dev->dev);
 	kfree(u);
 }
 
@@ -556,6 +563,7 @@ struct siw_rs_umem *siw_rs_h_umem_get(struct ib_device *dev, u64 start, u64 len,
 		}
 		u->npages = i;
 	}
+	get_device(&dev->dev);
 	INIT_WORK(&u->work, siw_rs_umem_release);
 	return u;
 }
