@@ -62,7 +62,7 @@ impl DeviceData {
     /// The network namespace of the device's netdev.
     pub(crate) fn net(&self, dev: &Device<SiwRs>) -> Result<Net> {
         let nd = dev.netdev(PORT).ok_or(ENODEV)?;
-        Ok(Net::of(&nd))
+        Net::of(&nd).ok_or(ENODEV)
     }
 
     /// The device's MPA settings.

@@ -155,9 +155,31 @@ u32 siw_rs_h_crc32c_update(u32 reg, const u8 *data, size_t len)
 	return reg;
 }
 
-struct net *siw_rs_h_dev_net(struct net_device *dev)
+/* A counted reference to the namespace of dev, or NULL if the namespace
+ * is being dismantled. */
+struct net *siw_rs_h_dev_net_get(struct net_device *dev)
 {
-	return dev_net(dev);
+	return maybe_get_net(dev_net(dev));
+}
+
+void siw_rs_h_net_put(struct net *net)
+{
+	put_net(net);
+}
+
+/* A TCP socket of family in net (the caller holds a reference to net) that
+ * holds its own reference to net, as a socket a process makes does. A
+ * kernel socket holds none, and siw_rs's sockets may outlive the device
+ * and its netdev (a listener's handshakes, a connection torn down late):
+ * without one, the namespace could be freed under them. Accepted sockets
+ * inherit the reference from the listener. */
+int siw_rs_h_sock_create(struct net *net, int family, struct socket **res)
+{
+	int rv = sock_create_kern(net, family, SOCK_STREAM, IPPROTO_TCP, res);
+
+	if (!rv)
+		sk_net_refcnt_upgrade((*res)->sk);
+	return rv;
 }
 
 void siw_rs_h_sk_callback_write_lock(struct sock *sk)

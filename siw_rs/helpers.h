@@ -47,7 +47,9 @@ void siw_rs_h_crc32c_exit(void);
 u32 siw_rs_h_crc32c_update(u32 reg, const u8 *data, size_t len);
 
 /* Sockets (net.rs). */
-struct net *siw_rs_h_dev_net(struct net_device *dev);
+struct net *siw_rs_h_dev_net_get(struct net_device *dev);
+void siw_rs_h_net_put(struct net *net);
+int siw_rs_h_sock_create(struct net *net, int family, struct socket **res);
 void siw_rs_h_sk_callback_write_lock(struct sock *sk);
 void siw_rs_h_sk_callback_write_unlock(struct sock *sk);
 void siw_rs_h_sk_callback_read_lock(struct sock *sk);

@@ -97,8 +97,7 @@ impl SockAddr {
     }
 }
 
-/// A network namespace reference borrowed from a net_device.
-#[derive(Clone, Copy)]
+/// A counted reference to a network namespace (`get_net`).
 pub(crate) struct Net(NonNull<ffi::net>);
 
 // SAFETY: a namespace is a shared kernel object; we only pass it to socket
@@ -108,13 +107,21 @@ unsafe impl Send for Net {}
 unsafe impl Sync for Net {}
 
 impl Net {
-    /// The namespace of `netdev` (valid while the netdev is registered; the
-    /// device keeps a reference to its netdev).
-    pub(crate) fn of(netdev: &crate::netdev::NetDevice) -> Self {
-        // SAFETY: `netdev` is live; `dev_net` only reads a field.
-        let n = unsafe { ffi::siw_rs_h_dev_net(netdev.as_raw()) };
-        // A registered netdev always has a namespace.
-        Net(NonNull::new(n).unwrap_or(NonNull::dangling()))
+    /// The namespace of `netdev`, counted: it stays while this is held
+    /// (a connect's work item holds it until its socket exists, and the
+    /// socket holds its own). `None` if the namespace is being dismantled.
+    pub(crate) fn of(netdev: &crate::netdev::NetDevice) -> Option<Self> {
+        // SAFETY: `netdev` is live; the helper reads its namespace and takes
+        // a reference unless the namespace's count already reached zero.
+        let n = unsafe { ffi::siw_rs_h_dev_net_get(netdev.as_raw()) };
+        NonNull::new(n).map(Net)
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        // SAFETY: the reference `of` took.
+        unsafe { ffi::siw_rs_h_net_put(self.0.as_ptr()) };
     }
 }
 
@@ -144,10 +151,9 @@ impl Socket {
     /// address reuse on.
     pub(crate) fn new(net: Net, family: u32) -> Result<Self> {
         let mut raw = ptr::null_mut();
-        // SAFETY: `net` is a live namespace; `raw` receives the socket.
-        to_result(unsafe {
-            ffi::sock_create_kern(net.0.as_ptr(), family as c_int, ffi::SOCK_STREAM as c_int, ffi::IPPROTO_TCP as c_int, &mut raw)
-        })?;
+        // SAFETY: `net` holds a reference to a live namespace; `raw`
+        // receives the socket, which takes its own reference.
+        to_result(unsafe { ffi::siw_rs_h_sock_create(net.0.as_ptr(), family as c_int, &mut raw) })?;
         let sock = NonNull::new(raw).ok_or(ENOMEM)?;
         let s = Socket { sock };
         // SAFETY: a fresh socket with its `sk`.
