@@ -1063,6 +1063,24 @@ impl Conn {
         Small::Sent(qp::sent_then_next(self.qp(), w, tx.take_bufs()))
     }
 
+    /// Checks again, as its response starts, the region an inbound Read
+    /// or Atomic Request was checked against when it arrived: since then
+    /// the region may have been invalidated (by the peer's own Send with
+    /// Invalidate, or locally) and a kernel consumer may have reused its
+    /// pages. A failed check ends the connection with the TERMINATE the
+    /// request would have had on arrival; `Err(None)` (as from
+    /// [`Conn::begin`]) then, whose caller's close finds it decided.
+    fn refuse_response(&self, r: core::result::Result<(), AccessError>) -> core::result::Result<(), Option<(SendWqe, WcStatus)>> {
+        let Err(e) = r else { return Ok(()) };
+        if net::peer_log_allowed() {
+            pr_info!("qp {}: request's region no longer valid for its response: {:?}\n", self.qp().qp_num(), e);
+        }
+        self.access_error.store(true, Ordering::Release);
+        self.failed.store(true, Ordering::Release);
+        self.close(Some(TerminateRepr::new(read_source_code(e))));
+        Err(None)
+    }
+
     /// Turns a job into a message being planned, resolving its local
     /// memory, or executes a local operation. On failure returns the WQE
     /// with its completion status.
@@ -1075,6 +1093,8 @@ impl Conn {
             Job::Response(Inbound::Read(ReadJob { req, mem })) => {
                 let msg = Message::read_response(&req);
                 if let Some(m) = mem {
+                    let r = m.check(req.source_stag, qp.pd().id(), req.source_to, u64::from(req.read_size), Access::REMOTE_READ);
+                    self.refuse_response(r)?;
                     tx.segs.add(m, req.source_to, u64::from(req.read_size)).map_err(|_| None)?;
                 }
                 let msg = tx.transmitter.start(&msg).map_err(|_| None)?;
@@ -1083,6 +1103,8 @@ impl Conn {
             }
             Job::Response(Inbound::Atomic(AtomicJob { req, mem })) => {
                 // Executed now, in order with the Read Requests before it.
+                let r = mem.check(req.remote_stag, qp.pd().id(), req.remote_to, 8, Access::REMOTE_ATOMIC);
+                self.refuse_response(r)?;
                 let original = execute_atomic(&mem, &req).map_err(|_| None)?;
                 let msg = Message::AtomicResponse(AtomicResponse { request_id: req.request_id, original_value: original });
                 let msg = tx.transmitter.start(&msg).map_err(|_| None)?;
