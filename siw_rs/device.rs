@@ -387,9 +387,7 @@ impl Verbs for SiwRs {
 
     fn qp_created(qp: &Qp<Self>) {
         let owner = qp.data().owner();
-        if owner != 0 {
-            qp.device().data().qps.lock().publish(qp.qp_num(), owner);
-        }
+        qp.device().data().qps.lock().publish(qp.qp_num(), owner);
     }
 
     fn modify_qp(qp: &Qp<Self>, attr: &QpModify) -> Result {
@@ -444,6 +442,9 @@ impl Verbs for SiwRs {
         // Out of the table, so no doorbell file finds it any more; wait for
         // those that did.
         qp.data().drain_doorbells();
+        // And for the CM's lookups to take their references (which
+        // `qp::destroy` then waits for).
+        qp.data().drain_cm_lookups();
         qp::destroy(qp);
         release(&d.counts.qp);
     }
@@ -527,7 +528,17 @@ impl IwCm for SiwRs {
     }
 
     fn get_qp(dev: &Device<Self>, qpn: u32) -> Option<NonNull<ffi::ib_qp>> {
-        dev.data().qps.lock().get(qpn)
+        let table = dev.data().qps.lock();
+        let raw = table.get(qpn)?;
+        // SAFETY: a QP the table finds is live with its data in place:
+        // `destroy_qp` removes it (under this lock, held here) before the
+        // QP is destroyed, and `publish` follows the data's
+        // initialisation. The count taken makes `destroy_qp`, which runs
+        // only after the entry is gone, wait until `iw_add_ref` has taken
+        // the CM's reference (`drain_cm_lookups`).
+        let qp = unsafe { Qp::<SiwRs>::from_raw(raw.as_ptr()) };
+        qp.data().cm_lookup();
+        Some(raw)
     }
 
     fn add_ref(qp: &Qp<Self>) {

@@ -255,6 +255,9 @@ pub(crate) struct QpCore {
     /// Doorbells rung through the context's doorbell file that have not
     /// returned yet (see [`QpCore::drain_doorbells`]).
     doorbells: AtomicU32,
+    /// `iw_get_qp` lookups that found the QP and whose `iw_add_ref` has not
+    /// taken its reference yet (see [`QpCore::drain_cm_lookups`]).
+    cm_lookups: AtomicU32,
     #[pin]
     inner: IrqSpinLock<Inner>,
     /// Signalled when the connection unlinks itself or a CM reference goes,
@@ -347,6 +350,7 @@ impl QpCore {
                 user,
                 owner: uctx.map_or(0, Ucontext::id),
                 doorbells: AtomicU32::new(0),
+                cm_lookups: AtomicU32::new(0),
                 inner <- new_irq_spinlock!(inner, "siw_rs_qp"),
                 idle <- new_condvar!("siw_rs_qp_idle"),
             }),
@@ -1453,8 +1457,13 @@ pub(crate) fn complete_recv(qp: &Qp<SiwRs>, w: RecvWqe, status: WcStatus, len: u
 
 /// `iw_add_ref`.
 pub(crate) fn cm_ref(qp: &Qp<SiwRs>) {
-    let mut inner = qp.data().inner.lock();
+    let core = qp.data();
+    let mut inner = core.inner.lock();
     inner.cm_refs = inner.cm_refs.saturating_add(1);
+    // The lookup that found the QP is over once the reference is taken
+    // (the reference first: `destroy` must not see neither).
+    let _ = core.cm_lookups.fetch_update(Ordering::Release, Ordering::Relaxed, |n| n.checked_sub(1));
+    drop(inner);
 }
 
 impl QpCore {
@@ -1469,6 +1478,32 @@ impl QpCore {
     /// runs after the QP left the table, sees it.
     pub(crate) fn doorbell_enter(&self) {
         self.doorbells.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `iw_get_qp` found the QP. Called under the QP table's lock with the
+    /// QP in the table, like [`QpCore::doorbell_enter`]. The iw_cm calls
+    /// `iw_add_ref` ([`cm_ref`]) right after, under its id's lock, and
+    /// that ends the lookup; until then the QP must not go.
+    pub(crate) fn cm_lookup(&self) {
+        self.cm_lookups.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Waits until every `iw_get_qp` that found the QP in the table has
+    /// had its `iw_add_ref` (so `destroy` then waits for that reference
+    /// to go). Called after the QP left the table. The iw_cm pairs the two
+    /// calls under one spinlock, so the wait is a few instructions long;
+    /// it gives up after a second, with a warning, in case a CM ever looks
+    /// a QP up without taking a reference.
+    pub(crate) fn drain_cm_lookups(&self) {
+        let mut waited = 0u32;
+        while self.cm_lookups.load(Ordering::Acquire) != 0 {
+            if waited >= 1_000_000 {
+                pr_warn!("a QP lookup of the CM took no reference within 1 s\n");
+                return;
+            }
+            crate::wq::sleep_us(50);
+            waited += 50;
+        }
     }
 
     /// That doorbell returned; the QP is not touched by it any more.
@@ -1509,6 +1544,9 @@ pub(crate) struct QpTable {
 struct QpEntry {
     qp: NonNull<crate::ffi::ib_qp>,
     owner: u64,
+    /// Published: the QP's data is in place. Before, the number is
+    /// reserved but no lookup finds the QP.
+    ready: bool,
 }
 
 // SAFETY: the table stores identities of QPs; it is only read under its
@@ -1525,26 +1563,27 @@ impl QpTable {
         Ok(QpTable { slots: KVVec::from_elem(None, n, GFP_KERNEL)?, next: FIRST_QPN })
     }
 
-    /// Enters a QP; returns its number. Its doorbell file cannot reach it
-    /// until [`QpTable::publish`].
+    /// Enters a QP; returns its number. No lookup finds it until
+    /// [`QpTable::publish`].
     pub(crate) fn insert(&mut self, qp: NonNull<crate::ffi::ib_qp>) -> Result<u32> {
         let n = self.slots.len();
         for _ in 0..n {
             let i = if self.next >= n { FIRST_QPN } else { self.next };
             self.next = i + 1;
             if let Some(slot @ None) = self.slots.get_mut(i) {
-                *slot = Some(QpEntry { qp, owner: 0 });
+                *slot = Some(QpEntry { qp, owner: 0, ready: false });
                 return u32::try_from(i).map_err(|_| ENOMEM);
             }
         }
         Err(ENOMEM)
     }
 
-    /// Lets the doorbell file of context `owner` ring QP `qpn`: called once
-    /// the QP's data is in place.
+    /// Lets lookups find QP `qpn`, and the doorbell file of context
+    /// `owner` (0: none) ring it: called once the QP's data is in place.
     pub(crate) fn publish(&mut self, qpn: u32, owner: u64) {
         if let Some(Some(e)) = self.slot_mut(qpn) {
             e.owner = owner;
+            e.ready = true;
         }
     }
 
@@ -1560,7 +1599,7 @@ impl QpTable {
     }
 
     fn entry(&self, qpn: u32) -> Option<QpEntry> {
-        usize::try_from(qpn).ok().and_then(|i| self.slots.get(i)).copied().flatten()
+        usize::try_from(qpn).ok().and_then(|i| self.slots.get(i)).copied().flatten().filter(|e| e.ready)
     }
 
     /// The QP with number `qpn`.
