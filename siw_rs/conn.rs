@@ -1569,6 +1569,14 @@ impl Conn {
         }
     }
 
+    /// The QP failed locally (a process's malformed work request): the
+    /// connection ends with a TERMINATE (RDMAP, local catastrophic error,
+    /// as upstream siw sends for it) and the QP reports a fatal error.
+    pub(crate) fn close_local_error(&self) {
+        self.failed.store(true, Ordering::Release);
+        self.close(Some(local_catastrophic()));
+    }
+
     /// Graceful close: send what is queued, then close.
     pub(crate) fn close_graceful(self: &Arc<Self>) {
         self.graceful.store(true, Ordering::Release);

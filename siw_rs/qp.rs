@@ -386,11 +386,14 @@ fn EOPNOTSUPP_ERR() -> Error {
 struct Wakes {
     send: cq::Pushed,
     recv: cq::Pushed,
+    /// A connection to end because the QP failed locally (see
+    /// [`user_fault`]); ended here, outside the QP's lock.
+    fail: Option<Arc<Conn>>,
 }
 
 impl Wakes {
     fn none() -> Self {
-        Wakes { send: cq::Pushed::default(), recv: cq::Pushed::default() }
+        Wakes { send: cq::Pushed::default(), recv: cq::Pushed::default(), fail: None }
     }
 
     fn merge(slot: &mut cq::Pushed, r: core::result::Result<bool, cq::Overflow>) {
@@ -400,6 +403,9 @@ impl Wakes {
     fn run(self, qp: &Qp<SiwRs>) {
         cq::wake_all(qp.send_cq(), self.send);
         cq::wake_all(qp.recv_cq(), self.recv);
+        if let Some(c) = self.fail {
+            c.close_local_error();
+        }
     }
 }
 
@@ -473,6 +479,10 @@ fn take_sqe(ring: &UserRing, next: &mut u32, w: &mut SqeCopy) {
 fn user_fault(qp: &Qp<SiwRs>, inner: &mut Inner, wakes: &mut Wakes) {
     if inner.state != QpState::Err {
         enter_error(qp, inner, wakes);
+        // The connection ends too: nothing else would end it (a later
+        // SQD from rdma_disconnect finds the QP in ERROR and is a no-op),
+        // and the CM would wait for its CLOSE for ever.
+        wakes.fail = inner.conn.clone();
     }
 }
 

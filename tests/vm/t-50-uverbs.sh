@@ -228,8 +228,11 @@ test_54_inline_sends_verified() {
 
 # A process that writes garbage into its own send ring (tests/vm/ring-fault.c)
 # fails only its own QP: the garbage is refused with LOC_QP_OP_ERR and the
-# QP goes to ERROR, while a well-behaved rping pair on the same devices
-# completes its verified run.
+# QP goes to ERROR, its connection ends (ring-fault's rdma_disconnect must
+# return: it waits for the CM's DISCONNECTED), while a well-behaved rping
+# pair on the same devices completes its verified run. (The faulty
+# process's peer outlives ring-fault's 60 s: when the connection was left
+# open, only that peer's exit ended ring-fault's wait, just in time.)
 test_55_garbage_in_a_ring_fails_only_that_qp() {
 	uverbs_pair
 	ip netns exec h1 timeout 180 "$WP" rping -s -a 10.55.0.1 -p 7175 -C 30 -S 1024 -V > /tmp/good-s.log 2>&1 &
@@ -238,7 +241,7 @@ test_55_garbage_in_a_ring_fails_only_that_qp() {
 	ip netns exec h2 timeout 180 "$WP" rping -c -a 10.55.0.1 -p 7175 -C 30 -S 1024 -V > /tmp/good-c.log 2>&1 &
 	local gc=$!
 	# The faulty process's peer.
-	ip netns exec h1 timeout 60 "$WP" rping -s -a 10.55.0.1 -p 7174 -C 1 > /tmp/victim.log 2>&1 &
+	ip netns exec h1 timeout 150 "$WP" rping -s -a 10.55.0.1 -p 7174 -C 1 > /tmp/victim.log 2>&1 &
 	local vs=$!
 	wait_listen h1 7174 "$vs"
 	local rc=0
