@@ -528,6 +528,10 @@ impl IwCm for SiwRs {
     }
 
     fn get_qp(dev: &Device<Self>, qpn: u32) -> Option<NonNull<ffi::ib_qp>> {
+        dev.data().qps.lock().get(qpn)
+    }
+
+    fn cm_get_qp(dev: &Device<Self>, qpn: u32) -> Option<NonNull<ffi::ib_qp>> {
         let table = dev.data().qps.lock();
         let raw = table.get(qpn)?;
         // SAFETY: a QP the table finds is live with its data in place:

@@ -183,8 +183,12 @@ pub(crate) trait IwCm: Verbs {
     fn create_listen(dev: &Device<Self>, id: CmId, backlog: i32) -> Result;
     /// Stops listening on `id` (synchronously: no event after return).
     fn destroy_listen(dev: &Device<Self>, id: CmId) -> Result;
-    /// The QP with number `qpn`, if any.
+    /// The QP with number `qpn`, if any (the driver's own lookup, for a
+    /// QP the CM already holds a reference on).
     fn get_qp(dev: &Device<Self>, qpn: u32) -> Option<NonNull<ffi::ib_qp>>;
+    /// `iw_get_qp`: the CM's lookup, which `add_ref` follows at once; the
+    /// QP must stay until then.
+    fn cm_get_qp(dev: &Device<Self>, qpn: u32) -> Option<NonNull<ffi::ib_qp>>;
     /// Takes a CM reference on `qp`.
     fn add_ref(qp: &Qp<Self>);
     /// Drops a CM reference on `qp`.
@@ -300,7 +304,7 @@ unsafe extern "C" fn destroy_listen_cb<T: IwCm>(id: *mut ffi::iw_cm_id) -> c_int
 unsafe extern "C" fn get_qp_cb<T: IwCm>(dev: *mut ffi::ib_device, qpn: c_int) -> *mut ffi::ib_qp {
     // SAFETY: the CM passes a live device of `T`.
     let d = unsafe { Device::<T>::from_raw(dev) };
-    match u32::try_from(qpn).ok().and_then(|n| T::get_qp(d, n)) {
+    match u32::try_from(qpn).ok().and_then(|n| T::cm_get_qp(d, n)) {
         Some(q) => q.as_ptr(),
         None => ptr::null_mut(),
     }
