@@ -1471,7 +1471,8 @@ pub(crate) fn cm_ref(qp: &Qp<SiwRs>) {
     let mut inner = core.inner.lock();
     inner.cm_refs = inner.cm_refs.saturating_add(1);
     // The lookup that found the QP is over once the reference is taken
-    // (the reference first: `destroy` must not see neither).
+    // (the reference first, so that `destroy` never sees neither the
+    // lookup nor the reference).
     let _ = core.cm_lookups.fetch_update(Ordering::Release, Ordering::Relaxed, |n| n.checked_sub(1));
     drop(inner);
 }
