@@ -3,14 +3,17 @@
 //! Connection management: listening, the MPA handshake in both roles, and
 //! handing an established connection to its QP.
 //!
-//! Driver logic; the one `unsafe` turns the provider-data token of a
-//! connection request back into its reference. Every blocking step (TCP connect, reading the
-//! peer's MPA frame, sending ours) runs in a work item of the long-running
-//! system queue with a socket timeout ([`MPA_TIMEOUT_MS`]), so a silent or
-//! slow peer costs a worker for at most that long and never hangs the
-//! consumer. The passive side keeps the socket and the handshake state of a
-//! connection request in a [`Pending`] whose reference the CM stores as the
-//! child id's provider data until `iw_accept` or `iw_reject` takes it back.
+//! Driver logic, without `unsafe`. Every blocking step (TCP connect, reading
+//! the peer's MPA frame, sending ours) runs in a work item of the
+//! long-running system queue with a socket timeout ([`MPA_TIMEOUT_MS`]), so a
+//! silent or slow peer costs a worker for at most that long and never hangs
+//! the consumer. The passive side keeps the socket and the handshake state
+//! of a connection request in the device's [`Requests`] table under a key
+//! the CM stores as the child id's provider data until `iw_accept` or
+//! `iw_reject` takes the request out. A request the CM never answers (it
+//! drops the event while its listener is being destroyed, or cannot create
+//! the child id) is reclaimed from the table once its peer has closed or
+//! [`REQUEST_TTL_NS`] has passed, and with the device at the latest.
 
 use crate::{
     conn::Conn,
@@ -29,6 +32,7 @@ use kernel::{
     new_mutex,
     prelude::*,
     sync::{Arc, ArcBorrow, Mutex},
+    time::Ktime,
     workqueue,
 };
 
@@ -37,6 +41,12 @@ pub(crate) const MPA_TIMEOUT_MS: u32 = 10_000;
 
 /// Most MPA handshakes one listener runs at once (and at most its backlog).
 const MAX_PENDING_HANDSHAKES: i32 = 64;
+
+/// How long a reported connection request may wait for `iw_accept` or
+/// `iw_reject` before it is reclaimed: six times the peer's wait for the
+/// MPA Reply (10 s here and in upstream siw), so a request that old has
+/// been given up by its peer or dropped by the CM.
+const REQUEST_TTL_NS: u64 = 60_000_000_000;
 
 /// The MPA configuration of a handshake: revision 2 with the RFC 6581
 /// IRD/ORD block, the device's CRC and marker settings, and markers
@@ -187,6 +197,8 @@ pub(crate) struct Listener {
     max_pending: u32,
     /// The device's MPA settings, read at each handshake.
     mpa: Arc<MpaKnobs>,
+    /// The device's reported connection requests.
+    requests: Arc<Mutex<Requests>>,
     #[pin]
     attached: Mutex<Option<crate::net::Attached<Listener>>>,
     /// Accepts what the socket has queued. Part of the listener, so that
@@ -300,13 +312,9 @@ impl Listener {
                 return Err(ECONNABORTED_ERR());
             }
             let (local, remote) = (sock.local_addr(), sock.peer_addr());
-            let pending = Arc::pin_init(
-                pin_init!(Pending { inner <- new_mutex!(Some(PendingInner { sock, hs })) }),
-                GFP_KERNEL,
-            )?;
-            let token = Arc::into_raw(pending.clone()) as usize;
+            let key = self.requests.lock().add(Request { key: 0, since: now_ns(), sock, hs })?;
             let mut ev = event(CmEventKind::ConnectRequest, 0, local, remote, &pd_copy);
-            ev.provider_data = token;
+            ev.provider_data = key;
             // The peer's IRD and ORD, as iw_cm expects them in a connect
             // request: rdma_cm hands `ird` to the consumer as its
             // initiator depth (how many Reads it may have outstanding, the
@@ -317,8 +325,8 @@ impl Listener {
             ev.ird = u8::try_from(ird).unwrap_or(u8::MAX);
             ev.ord = u8::try_from(ord).unwrap_or(u8::MAX);
             if self.id.deliver(&ev) != 0 {
-                // Not queued: the CM did not keep the token.
-                drop(take_token(token));
+                // Not queued: the CM did not keep the key.
+                drop(self.requests.lock().take(key));
                 return Err(ECONNABORTED_ERR());
             }
             Ok(())
@@ -334,28 +342,93 @@ fn ECONNABORTED_ERR() -> Error {
     ffi_err(crate::ffi::ECONNABORTED)
 }
 
-/// A connection request waiting for `iw_accept`/`iw_reject`.
-#[pin_data]
-pub(crate) struct Pending {
-    #[pin]
-    inner: Mutex<Option<PendingInner>>,
+/// Nanoseconds since boot (monotonic).
+fn now_ns() -> u64 {
+    u64::try_from(Ktime::ktime_get().to_ns()).unwrap_or(0)
 }
 
-struct PendingInner {
+/// A connection request reported to the CM, waiting for `iw_accept` or
+/// `iw_reject`: its socket (the peer's MPA Request read, nothing sent) and
+/// the handshake that answers it.
+pub(crate) struct Request {
+    /// The provider-data key the CM holds for it (never 0).
+    key: usize,
+    /// When it was reported (`now_ns`).
+    since: u64,
     sock: Socket,
     hs: KBox<Handshake>,
 }
 
-/// Reclaims the reference `passive` leaked as a provider-data token.
-fn take_token(token: usize) -> Option<Arc<Pending>> {
-    if token == 0 {
-        return None;
+/// A device's reported connection requests.
+///
+/// The CM hands a request's key back exactly once, through `iw_accept` or
+/// `iw_reject` on the child id it created for the request, except when it
+/// never creates that id: it drops a CONNECT_REQUEST queued while the
+/// listening id is destroyed, and one it cannot allocate a child for.
+/// Those requests would hold their socket for ever; [`Requests::reap`]
+/// frees them once their peer has closed or [`REQUEST_TTL_NS`] has passed.
+/// A late `iw_accept` of a reclaimed request (a consumer that answered
+/// after its peer gave up) then fails with `ECONNABORTED`. Keys come from a
+/// counter of pointer width (no wrap in practice on 64-bit), so a stale
+/// key does not find a newer request.
+pub(crate) struct Requests {
+    last_key: usize,
+    slots: KVec<Option<Request>>,
+}
+
+impl Requests {
+    pub(crate) fn new() -> Self {
+        Requests { last_key: 0, slots: KVec::new() }
     }
-    // SAFETY: a non-zero token is the `Arc::into_raw` of `passive`, stored
-    // by the CM as the child id's provider data, and taken back exactly once:
-    // `accept`/`reject` zero the provider data right after this call, and
-    // the CM calls one of them at most once per request.
-    Some(unsafe { Arc::from_raw(token as *const Pending) })
+
+    /// Stores `r` under a new key, reclaiming the requests nobody will
+    /// answer first; returns the key.
+    fn add(&mut self, mut r: Request) -> Result<usize> {
+        self.reap(r.since);
+        self.last_key = self.last_key.wrapping_add(1).max(1);
+        r.key = self.last_key;
+        match self.slots.iter_mut().find(|s| s.is_none()) {
+            Some(slot) => *slot = Some(r),
+            None => self.slots.push(Some(r), GFP_KERNEL)?,
+        }
+        Ok(self.last_key)
+    }
+
+    /// Takes the request of `key` out; `None` if there is none (reclaimed).
+    fn take(&mut self, key: usize) -> Option<Request> {
+        self.slots.iter_mut().find(|s| s.as_ref().is_some_and(|r| r.key == key))?.take()
+    }
+
+    /// Drops (closing their sockets) the requests whose peer has closed or
+    /// that have waited longer than [`REQUEST_TTL_NS`] at `now`.
+    fn reap(&mut self, now: u64) {
+        for slot in self.slots.iter_mut() {
+            let stale = slot.as_ref().is_some_and(|r| {
+                now.saturating_sub(r.since) > REQUEST_TTL_NS || !r.sock.is_established()
+            });
+            if stale {
+                if let Some(r) = slot.take() {
+                    pr_debug!("connection request {} reclaimed unanswered\n", r.key);
+                }
+            }
+        }
+    }
+
+    /// Reclaims what [`Requests::reap`] would now.
+    fn reap_now(&mut self) {
+        self.reap(now_ns());
+    }
+}
+
+/// The request behind a child id's provider data: `EINVAL` if it never had
+/// one, `ECONNABORTED` if it was reclaimed.
+fn take_request(dev: &Device<SiwRs>, id: &CmId) -> Result<Request> {
+    let key = id.provider_data();
+    if key == 0 {
+        return Err(EINVAL);
+    }
+    id.set_provider_data(0);
+    dev.data().requests().lock().take(key).ok_or_else(ECONNABORTED_ERR)
 }
 
 /// `iw_create_listen`.
@@ -381,6 +454,7 @@ pub(crate) fn create_listen(dev: &Device<SiwRs>, id: CmId, backlog: i32) -> Resu
             pending: AtomicU32::new(0),
             max_pending: u32::try_from(backlog.clamp(1, MAX_PENDING_HANDSHAKES)).unwrap_or(1),
             mpa: dev.data().mpa_knobs().clone(),
+            requests: dev.data().requests().clone(),
             attached <- new_mutex!(None),
             accept_work <- workqueue::new_work!("siw_rs_listener_accept"),
         }),
@@ -406,6 +480,10 @@ impl Listener {
             self.sock.detach(a);
         }
         self.sock.shutdown();
+        // Requests the CM dropped (or will drop) for this listener stay in
+        // the table; those whose peer has already gone are reclaimed now,
+        // the rest at the device's next request or with the device.
+        self.requests.lock().reap_now();
     }
 
     /// The id this listener serves.
@@ -416,9 +494,7 @@ impl Listener {
 
 /// `iw_accept`: sends the MPA Reply and moves the QP to RTS.
 pub(crate) fn accept(id: CmId, qp: &Qp<SiwRs>, p: &ConnParam<'_>) -> Result {
-    let pending = take_token(id.provider_data()).ok_or(EINVAL)?;
-    id.set_provider_data(0);
-    let PendingInner { sock, mut hs } = pending.inner.lock().take().ok_or(EINVAL)?;
+    let Request { sock, mut hs, .. } = take_request(qp.device(), &id)?;
     let ird = u16::try_from(p.ird.min(MAX_IRD)).unwrap_or(0);
     let ord = u16::try_from(p.ord.min(MAX_ORD)).unwrap_or(0);
     let mut out = KBox::new([0u8; MAX_FRAME_LEN], GFP_KERNEL)?;
@@ -448,12 +524,9 @@ pub(crate) fn accept(id: CmId, qp: &Qp<SiwRs>, p: &ConnParam<'_>) -> Result {
 }
 
 /// `iw_reject`: sends a reject Reply and closes.
-pub(crate) fn reject(id: CmId, private_data: &[u8]) -> Result {
-    let Some(pending) = take_token(id.provider_data()) else {
-        return Ok(());
-    };
-    id.set_provider_data(0);
-    let Some(PendingInner { sock, mut hs }) = pending.inner.lock().take() else {
+pub(crate) fn reject(dev: &Device<SiwRs>, id: CmId, private_data: &[u8]) -> Result {
+    // A request already reclaimed has nothing left to answer.
+    let Ok(Request { sock, mut hs, .. }) = take_request(dev, &id) else {
         return Ok(());
     };
     let mut out = KBox::new([0u8; MAX_FRAME_LEN], GFP_KERNEL)?;

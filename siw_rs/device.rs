@@ -56,6 +56,9 @@ pub(crate) struct DeviceData {
     listeners: Arc<Mutex<KVec<Option<Arc<Listener>>>>>,
     /// MPA settings (sysfs), shared with the listeners.
     mpa: Arc<MpaKnobs>,
+    /// Connection requests reported to the CM and not yet answered, shared
+    /// with the listeners; whatever is left goes with the device.
+    requests: Arc<Mutex<cm::Requests>>,
 }
 
 impl DeviceData {
@@ -68,6 +71,11 @@ impl DeviceData {
     /// The device's MPA settings.
     pub(crate) fn mpa_knobs(&self) -> &Arc<MpaKnobs> {
         &self.mpa
+    }
+
+    /// The device's unanswered connection requests.
+    pub(crate) fn requests(&self) -> &Arc<Mutex<cm::Requests>> {
+        &self.requests
     }
 
     /// The interface index of the device's netdev.
@@ -168,6 +176,7 @@ fn create(name: &CStr, netdev: &NetDevice, key: usize) -> Result {
         qps: Arc::pin_init(new_irq_spinlock!(QpTable::new()?, "siw_rs_qpn"), GFP_KERNEL)?,
         listeners: Arc::pin_init(new_mutex!(KVec::new()), GFP_KERNEL)?,
         mpa: Arc::new(MpaKnobs::default(), GFP_KERNEL)?,
+        requests: Arc::pin_init(new_mutex!(cm::Requests::new()), GFP_KERNEL)?,
     };
 
     let mut dev = Device::<SiwRs>::new(&crate::THIS_MODULE, data)?;
@@ -494,8 +503,8 @@ impl IwCm for SiwRs {
         cm::accept(id, qp, p)
     }
 
-    fn reject(id: CmId, private_data: &[u8]) -> Result {
-        cm::reject(id, private_data)
+    fn reject(dev: &Device<Self>, id: CmId, private_data: &[u8]) -> Result {
+        cm::reject(dev, id, private_data)
     }
 
     fn create_listen(dev: &Device<Self>, id: CmId, backlog: i32) -> Result {

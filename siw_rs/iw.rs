@@ -177,8 +177,8 @@ pub(crate) trait IwCm: Verbs {
     fn connect(id: CmId, qp: &Qp<Self>, p: &ConnParam<'_>) -> Result;
     /// Accepts the connection request behind `id` on QP `qp`.
     fn accept(id: CmId, qp: &Qp<Self>, p: &ConnParam<'_>) -> Result;
-    /// Rejects the connection request behind `id`.
-    fn reject(id: CmId, private_data: &[u8]) -> Result;
+    /// Rejects the connection request behind `id`, a child id of `dev`.
+    fn reject(dev: &Device<Self>, id: CmId, private_data: &[u8]) -> Result;
     /// Starts listening on `id`'s local address.
     fn create_listen(dev: &Device<Self>, id: CmId, backlog: i32) -> Result;
     /// Stops listening on `id` (synchronously: no event after return).
@@ -275,10 +275,11 @@ unsafe extern "C" fn reject_cb<T: IwCm>(id: *mut ffi::iw_cm_id, pd: *const c_voi
             // SAFETY: the CM passes `len` readable octets.
             unsafe { core::slice::from_raw_parts(pd.cast::<u8>(), usize::from(len)) }
         };
-        // SAFETY: the CM passes a live id.
-        let cm = unsafe { CmId::get(id)? };
+        // SAFETY: the CM passes a live id of a `T` device (a child id has
+        // its listener's device).
+        let (dev, cm) = unsafe { (Device::<T>::from_raw((*id).device), CmId::get(id)?) };
         pr_debug!("iw_reject\n");
-        T::reject(cm, pd)?;
+        T::reject(dev, cm, pd)?;
         Ok(0)
     })
 }

@@ -145,3 +145,100 @@ test_73_mpa_crc_and_markers_settings() {
 	server_client h2 h1 120 -- "$WP" rping -s -a 10.55.0.2 -C 10 -S 4096 -V \
 		-- "$WP" rping -c -a 10.55.0.2 -C 10 -S 4096 -V || return 1
 }
+
+# tcp_count NS PORT STATE: TCP connections in NS on local port PORT in
+# STATE (an ss state name).
+tcp_count() {
+	ip netns exec "$1" ss -Htn state "$3" "sport = :$2" 2>/dev/null | wc -l
+}
+
+# wait_grep PATTERN FILE: waits up to 30 s until FILE has PATTERN.
+wait_grep() {
+	local i
+	for ((i = 0; i < 300; i++)); do
+		grep -q "$1" "$2" && return 0
+		nap 0.1
+	done
+	return 1
+}
+
+# wait_tcp_count NS PORT STATE N: waits up to 10 s until tcp_count is N.
+wait_tcp_count() {
+	local i
+	for ((i = 0; i < 100; i++)); do
+		[ "$(tcp_count "$1" "$2" "$3")" = "$4" ] && return 0
+		nap 0.1
+	done
+	return 1
+}
+
+# A connection request the consumer never answers must not hold its socket
+# for ever. A pyverbs listener on rs1 takes two requests and answers
+# neither. The first peer gives up waiting for the MPA Reply and closes;
+# its socket on rs1 sits in CLOSE-WAIT until the device reclaims the
+# request, which it does when the next request comes (the second peer,
+# which keeps waiting). The listener's end (its process killed) rejects
+# the second: that peer must read a reject Reply, and no socket of either
+# may stay behind.
+test_74_unanswered_connection_request() {
+	peer_topology rs1 siw_rs
+	local port=7176 lpid
+	cat > /tmp/unanswered.py <<'PY'
+import sys, time
+from pyverbs.cmid import CMID, AddrInfo
+import pyverbs.cm_enums as ce
+ai = AddrInfo(src='10.55.0.1', src_service=sys.argv[1], port_space=ce.RDMA_PS_TCP, flags=ce.RAI_PASSIVE)
+lid = CMID(creator=ai)
+lid.listen()
+held = []
+for n in (1, 2):
+    held.append(lid.get_request())
+    print('request', n, flush=True)
+time.sleep(600)
+PY
+	ip netns exec h1 timeout 150 "$WP" /usr/bin/python3 /tmp/unanswered.py "$port" > /tmp/listener.log 2>&1 &
+	lpid=$!
+	wait_listen h1 "$port" "$lpid"
+	tcp_listens "$lpid" "$port" || {
+		log_tail '    listener| ' /tmp/listener.log 10
+		fail_because "the pyverbs listener did not listen"
+		return 1
+	}
+	echo "    first peer: waits 3 s for the MPA Reply, then closes"
+	local rc=0
+	ip netns exec h2 timeout 60 "$PEER" client --connect "10.55.0.1:$port" --mode handshake --timeout 3 \
+		> /tmp/peer1.log 2>&1 || rc=$?
+	log_tail '    peer1| ' /tmp/peer1.log 3
+	[ "$rc" != 0 ] || fail_because "the first peer got an MPA Reply nobody sent" || return 1
+	wait_grep 'request 1' /tmp/listener.log || fail_because "the listener never got the first request" || return 1
+	wait_tcp_count h1 "$port" close-wait 1 ||
+		fail_because "the first peer's connection is not in CLOSE-WAIT on rs1" || return 1
+
+	echo "    second peer: its request reclaims the first"
+	ip netns exec h2 timeout 120 "$PEER" client --connect "10.55.0.1:$port" --mode handshake --timeout 60 \
+		> /tmp/peer2.log 2>&1 &
+	local p2=$!
+	wait_grep 'request 2' /tmp/listener.log
+	log_tail '    listener| ' /tmp/listener.log 3
+	grep -q 'request 2' /tmp/listener.log || fail_because "the listener never got the second request" || return 1
+	wait_tcp_count h1 "$port" close-wait 0 ||
+		fail_because "the first peer's unanswered request still holds its socket" || return 1
+	[ "$(tcp_count h1 "$port" established)" = 1 ] ||
+		fail_because "the second request's connection is not established" || return 1
+
+	echo "    the listener ends: the second peer is rejected"
+	kill "$lpid" 2>/dev/null || true
+	wait "$lpid" 2>/dev/null || true
+	rc=0
+	wait "$p2" || rc=$?
+	log_tail '    peer2| ' /tmp/peer2.log 3
+	[ "$rc" != 0 ] || fail_because "the second peer was accepted" || return 1
+	grep -qi 'reject' /tmp/peer2.log || fail_because "the second peer did not read a reject Reply" || return 1
+	# (The rejecting end closes first, so its side of the second
+	# connection may rest in TIME-WAIT: state "big" leaves that out.)
+	wait_tcp_count h1 "$port" big 0 || {
+		ip netns exec h1 ss -tan "sport = :$port" | sed 's/^/    ss| /'
+		fail_because "sockets left on port $port"
+		return 1
+	}
+}
