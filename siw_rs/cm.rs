@@ -16,7 +16,7 @@
 //! [`REQUEST_TTL_NS`] has passed, and with the device at the latest.
 
 use crate::{
-    conn::Conn,
+    conn::{now_ns, Conn},
     device::SiwRs,
     ib::Device,
     iw::{CmEvent, CmEventKind, CmId, ConnParam},
@@ -32,7 +32,6 @@ use kernel::{
     new_mutex,
     prelude::*,
     sync::{Arc, ArcBorrow, Mutex},
-    time::Ktime,
     workqueue,
 };
 
@@ -312,7 +311,7 @@ impl Listener {
                 return Err(ECONNABORTED_ERR());
             }
             let (local, remote) = (sock.local_addr(), sock.peer_addr());
-            let key = self.requests.lock().add(Request { key: 0, since: now_ns(), sock, hs })?;
+            let key = self.requests.lock().add(sock, hs, now_ns())?;
             let mut ev = event(CmEventKind::ConnectRequest, 0, local, remote, &pd_copy);
             ev.provider_data = key;
             // The peer's IRD and ORD, as iw_cm expects them in a connect
@@ -340,11 +339,6 @@ impl Listener {
 #[allow(non_snake_case)]
 fn ECONNABORTED_ERR() -> Error {
     ffi_err(crate::ffi::ECONNABORTED)
-}
-
-/// Nanoseconds since boot (monotonic).
-fn now_ns() -> u64 {
-    u64::try_from(Ktime::ktime_get().to_ns()).unwrap_or(0)
 }
 
 /// A connection request reported to the CM, waiting for `iw_accept` or
@@ -381,12 +375,12 @@ impl Requests {
         Requests { last_key: 0, slots: KVec::new() }
     }
 
-    /// Stores `r` under a new key, reclaiming the requests nobody will
-    /// answer first; returns the key.
-    fn add(&mut self, mut r: Request) -> Result<usize> {
-        self.reap(r.since);
+    /// Stores a request reported at `now` under a new key, reclaiming the
+    /// requests nobody will answer first; returns the key.
+    fn add(&mut self, sock: Socket, hs: KBox<Handshake>, now: u64) -> Result<usize> {
+        self.reap(now);
         self.last_key = self.last_key.wrapping_add(1).max(1);
-        r.key = self.last_key;
+        let r = Request { key: self.last_key, since: now, sock, hs };
         match self.slots.iter_mut().find(|s| s.is_none()) {
             Some(slot) => *slot = Some(r),
             None => self.slots.push(Some(r), GFP_KERNEL)?,
@@ -412,11 +406,6 @@ impl Requests {
                 }
             }
         }
-    }
-
-    /// Reclaims what [`Requests::reap`] would now.
-    fn reap_now(&mut self) {
-        self.reap(now_ns());
     }
 }
 
@@ -483,7 +472,7 @@ impl Listener {
         // Requests the CM dropped (or will drop) for this listener stay in
         // the table; those whose peer has already gone are reclaimed now,
         // the rest at the device's next request or with the device.
-        self.requests.lock().reap_now();
+        self.requests.lock().reap(now_ns());
     }
 
     /// The id this listener serves.

@@ -544,7 +544,7 @@ const SMALL_SEND: usize = 384;
 const STAGE: usize = 4096;
 
 /// Nanoseconds since boot (monotonic).
-fn now_ns() -> u64 {
+pub(crate) fn now_ns() -> u64 {
     u64::try_from(Ktime::ktime_get().to_ns()).unwrap_or(0)
 }
 

@@ -218,9 +218,10 @@ PY
 	ip netns exec h2 timeout 120 "$PEER" client --connect "10.55.0.1:$port" --mode handshake --timeout 60 \
 		> /tmp/peer2.log 2>&1 &
 	local p2=$!
-	wait_grep 'request 2' /tmp/listener.log || true
+	rc=0
+	wait_grep 'request 2' /tmp/listener.log || rc=$?
 	log_tail '    listener| ' /tmp/listener.log 3
-	grep -q 'request 2' /tmp/listener.log || fail_because "the listener never got the second request" || return 1
+	[ "$rc" = 0 ] || fail_because "the listener never got the second request" || return 1
 	wait_tcp_count h1 "$port" close-wait 0 ||
 		fail_because "the first peer's unanswered request still holds its socket" || return 1
 	[ "$(tcp_count h1 "$port" established)" = 1 ] ||
