@@ -9,10 +9,13 @@
 //! is the QP's, whose access rights cover the operation and whose range
 //! covers the bytes touched ([`Mem::check`]).
 //!
-//! Driver logic: no `unsafe`. The table is preallocated per device (no
-//! allocation under its lock); lookups clone an `Arc`, so a region being
-//! deregistered stays alive for operations that already hold it, but is
-//! marked invalid first so no new access starts.
+//! Driver logic. The only `unsafe` is in the two copies made under a
+//! region's lock once the access is checked: a small send's payload out of
+//! the region ([`Mem::copy_out`]) and a received tagged piece into it
+//! ([`Mem::place`]). The table is preallocated per device (no allocation
+//! under its lock); lookups clone an `Arc`, so a region being deregistered
+//! stays alive for operations that already hold it, but is marked invalid
+//! first so no new access starts.
 
 use crate::{
     kmem,

@@ -3,7 +3,8 @@
 //! Queue pairs: the iWARP QP state machine, the send and receive queues,
 //! and flushing.
 //!
-//! Driver logic: no `unsafe`.
+//! Driver logic. The only `unsafe` is [`QpTable`]'s `Send`: the table
+//! stores QP pointers, read under its lock.
 //!
 //! # States (RFC 5040 section 10 and the verbs mapping)
 //!
