@@ -38,13 +38,15 @@ use crate::{
     },
     kmem,
     mem::{self, AccessError, Mem},
-    net::{self, Attached, SockHandler, SockRef, Socket},
+    mpa_settings::MpaKnobs,
+    net::{self, Attached, SockHandler, SockRef, Socket, ZcPart},
     qp::{self, AtomicJob, Inbound, Job, ReadJob, RecvKind, RecvWqe, SendWqe, WqeOp},
     verbs::{Access, AsyncEvent, Qp, Sge, WcStatus},
+    zcopy::Note,
 };
 use core::{
     ptr::NonNull,
-    sync::atomic::{AtomicBool, AtomicU64, Ordering},
+    sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering},
 };
 use kernel::{
     new_mutex,
@@ -160,6 +162,8 @@ struct Tx {
     crc: Crc32c,
     /// Request Identifier of the next Atomic Request.
     atomic_id: u32,
+    /// Number of the next zero-copy send ([`ZcTrack`]).
+    zc_seq: u64,
     /// The inline data of the WQE in `cur` (copied from its send queue
     /// slot when it is taken; rewritten only when the next WQE is taken,
     /// which waits until `cur` is done).
@@ -186,6 +190,72 @@ struct Cur {
     /// A second message of the same WQE, started once the first is sent
     /// (the Immediate Data message after an RDMA Write with Immediate).
     then: Option<Message>,
+    /// A zero-copy send ([`Conn::zcopy_note`]): its notification and
+    /// number. The WQE completes when the stack releases the pages.
+    zc: Option<(Note, u64)>,
+}
+
+/// Smallest payload sent by reference. Below it a copy costs less than
+/// the notification and the page references, and the completion would
+/// wait for the peer's acknowledgement (a round trip) rather than for the
+/// socket to take the message.
+const ZCOPY_MIN: u32 = 16 * 1024;
+
+/// A connection's side of its zero-copy sends' notifications
+/// ([`crate::zcopy`]): the notes hold it, and it links them to the QP
+/// until the teardown cuts the link ([`ZcTrack::close`]), before the QP
+/// may be destroyed. A release after that completes nothing: the
+/// teardown flushed the WQE.
+pub(crate) struct ZcTrack {
+    qp: QpPtr,
+    /// [`ZC_CLOSED`] once the link is cut, plus the number of releases
+    /// using the QP. Not a lock: a release completes work requests, and no
+    /// lock is held while a consumer's completion handler runs.
+    users: AtomicU32,
+    /// The device's settings and its count of zero-copy sends.
+    knobs: Arc<MpaKnobs>,
+}
+
+/// [`ZcTrack::users`]: the link is cut.
+const ZC_CLOSED: u32 = 1 << 31;
+
+impl ZcTrack {
+    /// The network stack released the pages of send `seq` (softirq or
+    /// process context).
+    pub(crate) fn released(&self, seq: u64) {
+        let mut u = self.users.load(Ordering::Acquire);
+        loop {
+            if u & ZC_CLOSED != 0 {
+                return;
+            }
+            match self.users.compare_exchange_weak(u, u + 1, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break,
+                Err(now) => u = now,
+            }
+        }
+        let qp = self.qp.qp();
+        if qp::released(qp, seq) {
+            // A graceful close waits for the send queue to drain, these
+            // sends included. The QP still links the connection (the
+            // teardown cuts that link only after `close` has waited for
+            // this release), so this reference is not the last one.
+            if let Some(c) = qp::conn_of(qp) {
+                if c.graceful.load(Ordering::Acquire) {
+                    c.kick();
+                }
+            }
+        }
+        self.users.fetch_sub(1, Ordering::Release);
+    }
+
+    /// No release touches the QP from now on: cuts the link and waits
+    /// for the releases using it (process context).
+    fn close(&self) {
+        self.users.fetch_or(ZC_CLOSED, Ordering::AcqRel);
+        while self.users.load(Ordering::Acquire) & !ZC_CLOSED != 0 {
+            crate::wq::sleep_us(100);
+        }
+    }
 }
 
 /// Ranges a message's payload keeps without allocating: a send of up to six
@@ -260,6 +330,12 @@ impl Segs {
         push_ranges(&mut self.more, &m, addr, len)?;
         *slot = Some(m);
         Ok(())
+    }
+
+    /// Whether the payload lies in regions, all of them a process's.
+    fn all_user(&self) -> bool {
+        let mut held = self.held.iter().flatten().peekable();
+        held.peek().is_some() && held.all(|m| m.is_user())
     }
 
     /// The ranges in order.
@@ -372,6 +448,38 @@ fn collect_parts<'a>(batch: &'a TxBatch, segs: &'a Segs, parts: &mut [&'a [u8]])
     Ok(n)
 }
 
+/// The pending octets of `batch` as zero-copy parts: framing octets and
+/// payload slices (through `segs`, all in pinned pages), as many as
+/// `parts` holds. Returns how many, and whether more are pending.
+fn collect_zc_parts<'a>(batch: &'a TxBatch, segs: &'a Segs, parts: &mut [ZcPart<'a>]) -> Result<(usize, bool)> {
+    let mut n = 0usize;
+    let mut more = false;
+    for chunk in batch.chunks() {
+        let mut push = |bytes: &'a [u8], pinned: bool| match parts.get_mut(n) {
+            Some(slot) => {
+                *slot = ZcPart { bytes, pinned };
+                n += 1;
+            }
+            None => more = true,
+        };
+        match chunk {
+            Chunk::Bytes(b) => push(b, false),
+            Chunk::Payload { offset, len, .. } => {
+                if !segs.for_range(offset, len, |p| push(p, true)) {
+                    return Err(EINVAL);
+                }
+            }
+        }
+        if more {
+            break;
+        }
+    }
+    if n == 0 {
+        return Err(EINVAL);
+    }
+    Ok((n, more))
+}
+
 /// What [`Conn::send_small`] did with a job.
 enum Small {
     /// Staged (and sent, unless gathering) and completed; the next job,
@@ -477,6 +585,8 @@ pub(crate) struct Conn {
     /// A TERMINATE to send before closing.
     #[pin]
     term: crate::sync::IrqSpinLock<Option<TerminateRepr>>,
+    /// The link of zero-copy sends' notifications to the QP.
+    zc: Arc<ZcTrack>,
     tx_busy: AtomicBool,
     tx_again: AtomicBool,
     /// The last transmit run stopped at a send refused for want of memory
@@ -585,6 +695,10 @@ impl Conn {
         let sqe = KBox::new([0u64; crate::uverbs::SQE_WORDS], GFP_KERNEL)?;
         let stage = KBox::new([0u8; STAGE], GFP_KERNEL)?;
         let (local, remote) = (sock.local_addr(), sock.peer_addr());
+        let zc = Arc::new(
+            ZcTrack { qp: QpPtr::new(qp), users: AtomicU32::new(0), knobs: qp.device().data().mpa_knobs().clone() },
+            GFP_KERNEL,
+        )?;
         let conn = Arc::pin_init(
             pin_init!(Conn {
                 qp: QpPtr::new(qp),
@@ -614,10 +728,12 @@ impl Conn {
                     stage_sent: 0,
                     crc: Crc32c::new(),
                     atomic_id: 0,
+                    zc_seq: 0,
                     inline,
                     sqe,
                 }),
                 term <- crate::sync::new_irq_spinlock!(None),
+                zc,
                 tx_busy: AtomicBool::new(false),
                 tx_again: AtomicBool::new(false),
                 starved: AtomicBool::new(false),
@@ -823,9 +939,15 @@ impl Conn {
     /// write-space callback will re-queue us) or refused them for want of
     /// memory (`starved`: `tx_work` retries).
     fn send_some(&self, parts: &[&[u8]]) -> Result<Option<usize>> {
+        self.send_some_with(|| self.sock.send(parts, true))
+    }
+
+    /// [`Conn::send_some`] with `send` (a non-blocking send returning the
+    /// octets taken).
+    fn send_some_with(&self, mut send: impl FnMut() -> Result<usize>) -> Result<Option<usize>> {
         let mut retried = false;
         loop {
-            let sent = self.sock.send(parts, true)?;
+            let sent = send()?;
             if sent > 0 {
                 return Ok(Some(sent));
             }
@@ -883,6 +1005,20 @@ impl Conn {
                 return Ok(false);
             }
             stats.large = true;
+            if let Some((note, _)) = tx.cur.as_ref().and_then(|c| c.zc.as_ref()) {
+                let mut parts = [ZcPart::default(); crate::net::MAX_SEND_PARTS];
+                let (n, more) = collect_zc_parts(&tx.batch, &tx.segs, &mut parts)?;
+                match self.send_some_with(|| self.sock.send_zcopy(&parts[..n], note, more)) {
+                    Ok(Some(sent)) => {
+                        tx.batch.advance(sent).map_err(|_| EINVAL)?;
+                        continue;
+                    }
+                    Ok(None) => return Ok(false),
+                    // Nothing could go by reference: copied below.
+                    Err(e) if e.to_errno() == -(crate::ffi::EOPNOTSUPP as i32) => {}
+                    Err(e) => return Err(e),
+                }
+            }
             let mut parts: [&[u8]; crate::net::MAX_SEND_PARTS] = [&[]; crate::net::MAX_SEND_PARTS];
             let n = collect_parts(&tx.batch, &tx.segs, &mut parts)?;
             let Some(sent) = self.send_some(&parts[..n])? else {
@@ -925,8 +1061,17 @@ impl Conn {
                     let Some(c) = cur.as_mut() else { continue };
                     c.msg = transmitter.start(&next).map_err(|_| EINVAL)?;
                     c.planned = false;
-                } else if let Some(Cur { wqe: Some(w), .. }) = cur.take() {
-                    taken = Some(qp::sent_then_next(qp, w, qp::TakeBufs { inline, sqe }));
+                } else if let Some(Cur { wqe: Some(w), zc, .. }) = cur.take() {
+                    taken = Some(match zc {
+                        // It completes when the stack releases the pages,
+                        // which dropping the note allows.
+                        Some((note, seq)) => {
+                            qp::sent_zcopy(qp, w, seq);
+                            drop(note);
+                            qp::next_job(qp, qp::TakeBufs { inline, sqe })
+                        }
+                        None => qp::sent_then_next(qp, w, qp::TakeBufs { inline, sqe }),
+                    });
                 }
             }
             if tx.cur.is_none() {
@@ -1098,7 +1243,7 @@ impl Conn {
                     tx.segs.add(m, req.source_to, u64::from(req.read_size)).map_err(|_| None)?;
                 }
                 let msg = tx.transmitter.start(&msg).map_err(|_| None)?;
-                tx.cur = Some(Cur { msg, wqe: None, planned: false, then: None });
+                tx.cur = Some(Cur { msg, wqe: None, planned: false, then: None, zc: None });
                 return Ok(());
             }
             Job::Response(Inbound::Atomic(AtomicJob { req, mem })) => {
@@ -1108,7 +1253,7 @@ impl Conn {
                 let original = execute_atomic(&mem, &req).map_err(|_| None)?;
                 let msg = Message::AtomicResponse(AtomicResponse { request_id: req.request_id, original_value: original });
                 let msg = tx.transmitter.start(&msg).map_err(|_| None)?;
-                tx.cur = Some(Cur { msg, wqe: None, planned: false, then: None });
+                tx.cur = Some(Cur { msg, wqe: None, planned: false, then: None, zc: None });
                 return Ok(());
             }
             Job::Wqe(w) => w,
@@ -1185,17 +1330,36 @@ impl Conn {
                 // A Read or Atomic Request awaits its response before its
                 // first octet leaves: over a fast link the response can be
                 // received before the send call returns.
+                let zc = if no_payload || then.is_some() { None } else { self.zcopy_note(tx, &wqe) };
                 let wqe = if no_payload {
                     qp::await_response(qp, wqe).map_err(|w| Some((w, WcStatus::WrFlushErr)))?;
                     None
                 } else {
                     Some(wqe)
                 };
-                tx.cur = Some(Cur { msg, wqe, planned: false, then });
+                tx.cur = Some(Cur { msg, wqe, planned: false, then, zc });
                 Ok(())
             }
             Err(_) => Err(Some((wqe, WcStatus::LocLenErr))),
         }
+    }
+
+    /// A notification for sending `wqe`'s payload by reference, if it
+    /// goes that way: the device's `zcopy` setting is on, the payload is
+    /// at least [`ZCOPY_MIN`] octets, all in a process's regions (whose
+    /// pages are pinned; a kernel consumer's memory may be slab memory,
+    /// which skbs must not reference), and no markers cut it into
+    /// 512-octet pieces. (An RDMA Write with Immediate Data, whose WQE
+    /// spans two messages, is copied.)
+    fn zcopy_note(&self, tx: &mut Tx, wqe: &SendWqe) -> Option<(Note, u64)> {
+        if wqe.inline || wqe.len < ZCOPY_MIN || self.neg.markers_tx || !self.zc.knobs.zcopy() || !tx.segs.all_user() {
+            return None;
+        }
+        let seq = tx.zc_seq;
+        tx.zc_seq = seq.wrapping_add(1);
+        let note = Note::new(&self.zc, seq)?;
+        self.zc.knobs.count_zcopy();
+        Some((note, seq))
     }
 
     /// Reads and processes what the socket holds; returns whether the
@@ -1618,6 +1782,9 @@ impl Conn {
         if let Some((w, _)) = filling {
             qp::complete_recv(qp, w, WcStatus::WrFlushErr, 0, false, RecvKind::Send { invalidated: None });
         }
+        // Releases of zero-copy sends complete nothing from now on: the
+        // QP is flushed below and may go once the connection unlinks.
+        self.zc.close();
         // The message in flight is flushed too (its memory references go),
         // in order between the requests awaiting responses and the queue.
         let cur = {

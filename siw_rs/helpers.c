@@ -6,6 +6,7 @@
 #include <linux/cpumask.h>
 #include <linux/delay.h>
 #include <linux/anon_inodes.h>
+#include <linux/bvec.h>
 #include <linux/etherdevice.h>
 #include <linux/file.h>
 #include <linux/module.h>
@@ -47,6 +48,11 @@ bool siw_rs_h_netif_running(const struct net_device *dev)
 bool siw_rs_h_netif_carrier_ok(const struct net_device *dev)
 {
 	return netif_carrier_ok(dev);
+}
+
+bool siw_rs_h_netdev_has_parent(const struct net_device *dev)
+{
+	return dev->dev.parent != NULL;
 }
 
 void siw_rs_h_addrconf_addr_eui48(u8 *eui, const u8 *addr)
@@ -307,11 +313,20 @@ static ssize_t mpa_store(struct device *dev, const char *buf, size_t count, int 
 
 SIW_RS_MPA_ATTR(mpa_crc, SIW_RS_MPA_ATTR_CRC);
 SIW_RS_MPA_ATTR(mpa_markers, SIW_RS_MPA_ATTR_MARKERS);
+SIW_RS_MPA_ATTR(zcopy, SIW_RS_MPA_ATTR_ZCOPY);
+
+static ssize_t zcopy_sends_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	return sysfs_emit(buf, "%llu\n", siw_rs_zcopy_sends(rdma_device_to_ibdev(dev)));
+}
+static DEVICE_ATTR_RO(zcopy_sends);
 
 static struct attribute *siw_rs_attrs[] = {
 	&dev_attr_siw_rs_abi.attr,
 	&dev_attr_mpa_crc.attr,
 	&dev_attr_mpa_markers.attr,
+	&dev_attr_zcopy.attr,
+	&dev_attr_zcopy_sends.attr,
 	NULL
 };
 const struct attribute_group siw_rs_h_attr_group = { .attrs = siw_rs_attrs };
@@ -600,4 +615,96 @@ const u64 *siw_rs_h_umem_pages(struct siw_rs_umem *u, size_t *n)
 void siw_rs_h_umem_put(struct siw_rs_umem *u)
 {
 	queue_work(siw_rs_umem_wq, &u->work);
+}
+
+/* Zero-copy transmit (see helpers.h). */
+static void siw_rs_zc_complete(struct sk_buff *skb, struct ubuf_info *u, bool zerocopy_success)
+{
+	if (!refcount_dec_and_test(&u->refcnt))
+		return;
+	/*
+	 * An RCU read-side section, so that module exit's synchronize_rcu()
+	 * (after the last notification is released) waits for this call.
+	 */
+	rcu_read_lock();
+	siw_rs_zc_released(u);
+	rcu_read_unlock();
+}
+
+static const struct ubuf_info_ops siw_rs_zc_ops = {
+	.complete = siw_rs_zc_complete,
+};
+
+void siw_rs_h_zc_init(struct ubuf_info *u)
+{
+	u->ops = &siw_rs_zc_ops;
+	refcount_set(&u->refcnt, 1);
+	u->flags = SKBFL_ZEROCOPY_FRAG;
+}
+
+void siw_rs_h_zc_put(struct ubuf_info *u)
+{
+	net_zcopy_put(u);
+}
+
+#define SIW_RS_ZC_BVECS 32
+
+int siw_rs_h_sendmsg_zc(struct socket *sock, const struct siw_rs_zc_part *parts, unsigned int n,
+			struct ubuf_info *u, bool more)
+{
+	struct bio_vec bv[SIW_RS_ZC_BVECS];
+	struct msghdr msg = {
+		.msg_flags = MSG_ZEROCOPY | MSG_DONTWAIT | MSG_NOSIGNAL,
+		.msg_ubuf = u,
+	};
+	struct page *framing = NULL;
+	unsigned int nb = 0, used = 0, i;
+	size_t total = 0;
+	int r;
+
+	for (i = 0; i < n; i++) {
+		const u8 *p = parts[i].base;
+		size_t left = parts[i].len;
+
+		if (parts[i].copy) {
+			if (!framing)
+				framing = alloc_page(GFP_NOWAIT | __GFP_NOWARN);
+			if (!framing || nb == SIW_RS_ZC_BVECS || left > PAGE_SIZE - used)
+				break;
+			memcpy(page_address(framing) + used, p, left);
+			bvec_set_page(&bv[nb++], framing, left, used);
+			used += left;
+			total += left;
+			continue;
+		}
+		while (left && nb < SIW_RS_ZC_BVECS && virt_addr_valid(p)) {
+			size_t off = offset_in_page(p);
+			size_t l = min_t(size_t, left, PAGE_SIZE - off);
+
+			bvec_set_page(&bv[nb++], virt_to_page(p), l, off);
+			p += l;
+			left -= l;
+			total += l;
+		}
+		if (left)
+			break;
+	}
+	if (!total) {
+		if (framing)
+			put_page(framing);
+		return -EOPNOTSUPP;
+	}
+	if (more || i < n)
+		msg.msg_flags |= MSG_MORE;
+	iov_iter_bvec(&msg.msg_iter, ITER_SOURCE, bv, nb, total);
+	r = sock_sendmsg(sock, &msg);
+	/* The skbs hold their own references to the page. */
+	if (framing)
+		put_page(framing);
+	return r;
+}
+
+void siw_rs_h_synchronize_rcu(void)
+{
+	synchronize_rcu();
 }

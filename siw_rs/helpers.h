@@ -15,6 +15,8 @@ struct net_device *siw_rs_h_netdev_notifier_info_to_dev(void *info);
 void siw_rs_h_dev_put(struct net_device *dev);
 bool siw_rs_h_netif_running(const struct net_device *dev);
 bool siw_rs_h_netif_carrier_ok(const struct net_device *dev);
+/* Whether the netdev sits on a bus device (a NIC), not a virtual one. */
+bool siw_rs_h_netdev_has_parent(const struct net_device *dev);
 void siw_rs_h_addrconf_addr_eui48(u8 *eui, const u8 *addr);
 void siw_rs_h_eth_random_addr(u8 *addr);
 int siw_rs_h_ib_mtu_int_to_enum(int mtu);
@@ -124,8 +126,47 @@ void siw_rs_h_registry_unlock(void);
 enum siw_rs_mpa_attr {
 	SIW_RS_MPA_ATTR_CRC = 0,
 	SIW_RS_MPA_ATTR_MARKERS = 1,
+	SIW_RS_MPA_ATTR_ZCOPY = 2,
 };
 int siw_rs_mpa_attr_get(struct ib_device *ib, int which);
 int siw_rs_mpa_attr_set(struct ib_device *ib, int which, int value);
+/* Messages the device has sent zero-copy (read-only sysfs counter). */
+u64 siw_rs_zcopy_sends(struct ib_device *ib);
+
+/*
+ * Zero-copy transmit (zcopy.rs). A send's notification: the network stack
+ * holds a reference to it for every skb carrying the send's pages, siw_rs
+ * one until the send is handed over; when the last goes, the Rust side's
+ * siw_rs_zc_released() runs (any context but hard interrupts) and frees it.
+ * init: ready, with siw_rs's reference; put: drops a reference.
+ */
+void siw_rs_h_zc_init(struct ubuf_info *u);
+void siw_rs_h_zc_put(struct ubuf_info *u);
+void siw_rs_zc_released(struct ubuf_info *u);
+
+/*
+ * A piece of what a zero-copy send hands to the socket: `len` octets at
+ * `base`, either framing octets (`copy`: copied into a page of their own,
+ * so that the caller may reuse its buffer at once) or payload in a
+ * process's pinned pages (kernel direct-map addresses), which skbs then
+ * reference instead of copying.
+ */
+struct siw_rs_zc_part {
+	const void *base;
+	size_t len;
+	bool copy;
+};
+
+/*
+ * sendmsg (MSG_ZEROCOPY, non-blocking) of `parts` with notification `u`;
+ * `more`: further octets follow (MSG_MORE). Returns the octets the socket
+ * took (possibly fewer than given: as many parts as fit one call are
+ * sent), -EAGAIN when it is full, -EOPNOTSUPP when nothing could be set
+ * up for a zero-copy send (no page for the framing octets, an address
+ * outside the direct map): the caller copies instead.
+ */
+int siw_rs_h_sendmsg_zc(struct socket *sock, const struct siw_rs_zc_part *parts, unsigned int n,
+			struct ubuf_info *u, bool more);
+void siw_rs_h_synchronize_rcu(void);
 
 #endif

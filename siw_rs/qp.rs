@@ -119,6 +119,18 @@ pub(crate) struct RecvWqe {
     pub(crate) len: u32,
 }
 
+/// What a sent WQE in [`Inner::pending`] waits for before it completes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// Its response (an outbound Read or Atomic Request).
+    Response,
+    /// The release of its pages by the network stack (a zero-copy send,
+    /// by its number: see [`released`]).
+    Release(u64),
+    /// Nothing: it completes when the WQEs before it have.
+    Done,
+}
+
 /// A fixed-capacity FIFO, preallocated so posting never allocates.
 pub(crate) struct Fifo<T> {
     slots: KVVec<Option<T>>,
@@ -189,13 +201,14 @@ struct Inner {
     ord: u32,
     sq: Fifo<SendWqe>,
     rq: Fifo<RecvWqe>,
-    /// Sent WQEs awaiting completion in order: outbound RDMA Reads (until
-    /// their response arrives) and everything sent after them (`true` once
-    /// it may complete). Its capacity is one more than the send queue's:
+    /// Sent WQEs awaiting completion in order: outbound RDMA Reads and
+    /// Atomics (until their response arrives), zero-copy sends (until the
+    /// network stack releases their pages) and everything sent after
+    /// either. Its capacity is one more than the send queue's:
     /// `sq` and `pending` together hold at most `max_send_wr` WQEs when a
     /// WQE is queued (`sq_room`), and the transmitter holds at most one
     /// more between taking it from `sq` and `sent`.
-    pending: Fifo<(SendWqe, bool)>,
+    pending: Fifo<(SendWqe, Wait)>,
     /// A process's QP: the inline data of the WQE in each `sq` slot. Part
     /// of the QP, so that taking an inline send from the ring (under this
     /// lock, with interrupts off) never allocates and cannot fail for want
@@ -1063,7 +1076,7 @@ pub(crate) fn to_error(qp: &Qp<SiwRs>, in_flight: Option<SendWqe>) {
 /// Whether nothing is left to transmit (for a graceful close).
 pub(crate) fn sq_empty(qp: &Qp<SiwRs>) -> bool {
     let inner = qp.data().inner.lock();
-    inner.sq.len == 0 && inner.inbound.len == 0 && inner.reads_out == 0
+    inner.sq.len == 0 && inner.inbound.len == 0 && inner.reads_out == 0 && inner.pending.len == 0
 }
 
 /// An inbound RDMA Read Request to answer.
@@ -1194,7 +1207,7 @@ pub(crate) fn sent_then_next(qp: &Qp<SiwRs>, w: SendWqe, bufs: TakeBufs<'_>) -> 
 /// caller to drop after unlocking.
 fn sent_locked(qp: &Qp<SiwRs>, inner: &mut Inner, w: SendWqe, wakes: &mut Wakes) -> Option<SendWqe> {
     if inner.state == QpState::Rts && inner.pending.len > 0 && inner.pending.len < inner.pending.slots.len() {
-        let _ = inner.pending.push((w, true));
+        let _ = inner.pending.push((w, Wait::Done));
         return None;
     }
     complete_send_locked(qp, inner, &w, WcStatus::Success, wakes);
@@ -1209,14 +1222,14 @@ pub(crate) fn await_response(qp: &Qp<SiwRs>, w: SendWqe) -> core::result::Result
         return Err(w);
     }
     inner.reads_out += 1;
-    let _ = inner.pending.push((w, false));
+    let _ = inner.pending.push((w, Wait::Response));
     Ok(())
 }
 
 /// Index in `pending` of the oldest request still awaiting its response.
 fn oldest_outstanding(inner: &Inner) -> Option<usize> {
     (0..inner.pending.len).map(|k| inner.pending.slot(k)).find(|&i| {
-        matches!(inner.pending.slots.get(i), Some(Some((_, false))))
+        matches!(inner.pending.slots.get(i), Some(Some((_, Wait::Response))))
     })
 }
 
@@ -1230,17 +1243,22 @@ pub(crate) fn response_done(qp: &Qp<SiwRs>) -> bool {
             return false;
         };
         if let Some(Some((_, d))) = inner.pending.slots.get_mut(i) {
-            *d = true;
+            *d = Wait::Done;
         }
         inner.reads_out = inner.reads_out.saturating_sub(1);
     }
-    // Complete from the head while entries are done, one at a time so no
-    // lock is held while completing.
+    complete_done(qp);
+    true
+}
+
+/// Completes `pending` from its head while its entries are done, one at a
+/// time so no lock is held while completing.
+fn complete_done(qp: &Qp<SiwRs>) {
     loop {
         let next = {
             let mut inner = qp.data().inner.lock();
             match inner.pending.slots.get(inner.pending.head) {
-                Some(Some((_, true))) if inner.pending.len > 0 => inner.pending.pop(),
+                Some(Some((_, Wait::Done))) if inner.pending.len > 0 => inner.pending.pop(),
                 _ => None,
             }
         };
@@ -1249,7 +1267,46 @@ pub(crate) fn response_done(qp: &Qp<SiwRs>) -> bool {
             None => break,
         }
     }
-    true
+}
+
+/// A zero-copy send was handed to the socket whole: it completes, in
+/// order, once the network stack has released its pages ([`released`]
+/// with `seq`), and with the WQEs before it. `false` if the QP left RTS:
+/// it completes at once then, as [`sent`] does (flushed in ERROR; its
+/// pages may still be in flight, but the connection that would carry
+/// them is ending).
+pub(crate) fn sent_zcopy(qp: &Qp<SiwRs>, w: SendWqe, seq: u64) -> bool {
+    let mut wakes = Wakes::none();
+    let (queued, done) = {
+        let mut inner = qp.data().inner.lock();
+        if inner.state == QpState::Rts && inner.pending.len < inner.pending.slots.len() {
+            let _ = inner.pending.push((w, Wait::Release(seq)));
+            (true, None)
+        } else {
+            complete_send_locked(qp, &mut inner, &w, WcStatus::Success, &mut wakes);
+            (false, Some(w))
+        }
+    };
+    drop(done);
+    wakes.run(qp);
+    queued
+}
+
+/// The network stack released the pages of zero-copy send `seq`: it
+/// completes now if every WQE before it has. Returns whether `pending`
+/// is empty after that (a graceful close may go on).
+pub(crate) fn released(qp: &Qp<SiwRs>, seq: u64) -> bool {
+    {
+        let mut inner = qp.data().inner.lock();
+        let found = (0..inner.pending.len).map(|k| inner.pending.slot(k)).find(|&i| {
+            matches!(inner.pending.slots.get(i), Some(Some((_, Wait::Release(s)))) if *s == seq)
+        });
+        if let Some(Some((_, d))) = found.and_then(|i| inner.pending.slots.get_mut(i)) {
+            *d = Wait::Done;
+        }
+    }
+    complete_done(qp);
+    qp.data().inner.lock().pending.len == 0
 }
 
 /// The sink of the oldest outstanding request if it is a Read: (lkey,
@@ -1291,10 +1348,26 @@ pub(crate) fn inbound_room(qp: &Qp<SiwRs>) -> bool {
 /// The peer refused the oldest outstanding request (its TERMINATE): that
 /// request completes with `status`, which moves the QP to ERROR and flushes
 /// the rest.
+///
+/// The sends before it (zero-copy ones whose pages are still in flight)
+/// complete first, successfully, as they would have without zero-copy:
+/// they were handed to the socket whole and the peer refused a later
+/// message.
 pub(crate) fn fail_oldest(qp: &Qp<SiwRs>, status: WcStatus) {
-    let w = qp.data().inner.lock().pending.pop().map(|(w, _)| w);
-    if let Some(w) = w {
-        complete_send(qp, w, status);
+    loop {
+        let w = {
+            let mut inner = qp.data().inner.lock();
+            let head = inner.pending.slots.get(inner.pending.head).and_then(|s| s.as_ref()).map(|(_, d)| *d);
+            match head {
+                Some(d) if inner.pending.len > 0 => inner.pending.pop().map(|(w, _)| (w, d)),
+                _ => None,
+            }
+        };
+        match w {
+            Some((w, Wait::Response)) => return complete_send(qp, w, status),
+            Some((w, _)) => complete_send(qp, w, WcStatus::Success),
+            None => return,
+        }
     }
 }
 

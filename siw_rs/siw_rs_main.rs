@@ -40,6 +40,7 @@ mod uverbs;
 mod uwqe;
 mod verbs;
 mod wq;
+mod zcopy;
 
 module! {
     type: SiwRsModule,
@@ -51,14 +52,17 @@ module! {
 
 /// Module state. Fields drop in declaration order: first the link type (no
 /// new devices), then the notifier, then the devices themselves, then the
-/// module's workqueues (destroying them waits for the last work item's
-/// tail, which may drop the last reference to a memory region), then the
-/// queue that unpins user memory (drained when dropped), and last the
-/// CRC32c transform no connection uses any more by then.
+/// wait for the network stack's last release of a zero-copy send (it calls
+/// back into the module), then the module's workqueues (destroying them
+/// waits for the last work item's tail, which may drop the last reference
+/// to a memory region), then the queue that unpins user memory (drained
+/// when dropped), and last the CRC32c transform no connection uses any
+/// more by then.
 struct SiwRsModule {
     _link: Pin<KBox<link::Registration<device::SiwRs>>>,
     _notifier: Pin<KBox<netdev::Notifier<device::SiwRs>>>,
     _devices: Devices,
+    _zcopy: zcopy::Drain,
     _queues: wq::Queues,
     _unpin: Unpinner,
     _crc: crc::Registration,
@@ -91,6 +95,6 @@ impl kernel::Module for SiwRsModule {
         let notifier = netdev::Notifier::<device::SiwRs>::register()?;
         let link = link::Registration::<device::SiwRs>::register()?;
         pr_info!("soft-iWARP provider loaded (rdma link type siw_rs)\n");
-        Ok(SiwRsModule { _link: link, _notifier: notifier, _devices: Devices, _queues: queues, _unpin: unpin, _crc: crc })
+        Ok(SiwRsModule { _link: link, _notifier: notifier, _devices: Devices, _zcopy: zcopy::Drain, _queues: queues, _unpin: unpin, _crc: crc })
     }
 }

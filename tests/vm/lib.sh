@@ -291,7 +291,7 @@ server_client() {
 
 # The TCP port a test server command listens on: rping 7174, rdma_server
 # and ucmatose 7471, perftest 18515, iwarp-peer its --listen port, rfc7306,
-# access and inline-verify their last argument.
+# access, inline-verify and zcopy-verify their last argument.
 server_port() {
 	local a prev=
 	for a in "$@"; do
@@ -301,7 +301,7 @@ server_port() {
 	case "$*" in
 	*rping*) echo 7174 ;;
 	*rdma_server* | *ucmatose*) echo 7471 ;;
-	*rfc7306* | *build/access\ * | *inline-verify*) echo "${@: -1}" ;; # PROG server ADDR PORT
+	*rfc7306* | *build/access\ * | *inline-verify* | *zcopy-verify*) echo "${@: -1}" ;; # PROG server ADDR PORT
 	*) echo 18515 ;;
 	esac
 }

@@ -226,6 +226,70 @@ test_54_inline_sends_verified() {
 	no_qps rs1 && no_qps rs2
 }
 
+# Zero-copy transmit (tests/vm/zcopy-verify.c): 48 Sends and 24 RDMA
+# Writes of 16 KiB to 1 MiB from registered memory, gathered from up to
+# three SGEs at odd offsets, every octet checked by the server; the client
+# overwrites each buffer the moment its request is known complete, so a
+# request completed while the stack still had its pages to send would
+# deliver the overwrite. zcopy is off by default on a veth (a netdev with
+# no parent device) and is turned on; rs2's zcopy_sends counter must then
+# grow by one per message of 16 KiB or more. Then the same with zcopy off
+# on rs2 (copied: the counter stays), and with zcopy on again under 3% loss
+# each way, where TCP resends from the very pages (a completion before
+# their release would let the overwrite reach the server: a mutant that
+# completed at the hand-over to the socket failed there).
+test_56_zero_copy_sends_verified() {
+	uverbs_pair
+	local f=/sys/class/infiniband/rs2 before after want port=7190
+	[ "$(cat $f/zcopy) $(cat /sys/class/infiniband/rs1/zcopy)" = "0 0" ] ||
+		fail_because "zcopy is not off by default on a veth" || return 1
+	if { echo 2 > $f/zcopy; } 2>/dev/null || { echo 1 > $f/zcopy_sends; } 2>/dev/null; then
+		fail_because "sysfs accepted zcopy=2 or a write to zcopy_sends"
+		return 1
+	fi
+	echo 1 > $f/zcopy
+	zcopy_run() {
+		before=$(cat $f/zcopy_sends)
+		server_client h1 h2 300 -- "$WP" build/zcopy-verify server 10.55.0.1 $port \
+			-- "$WP" build/zcopy-verify client 10.55.0.1 $port || return 1
+		port=$((port + 1))
+		grep -q "48 Sends of 16 KiB-1 MiB verified" /tmp/server.log &&
+			grep -q "24 RDMA Writes of 16 KiB-1 MiB verified" /tmp/server.log ||
+			fail_because "the server did not verify everything" || return 1
+		want=$(sed -n 's/.*completed in order, \([0-9]*\) of them of 16 KiB or more/\1/p' /tmp/client.log)
+		[ "$want" = 72 ] || fail_because "the client reported ${want:-no} large messages, want 72" || return 1
+		after=$(cat $f/zcopy_sends)
+	}
+	echo "    zcopy on"
+	zcopy_run || return 1
+	[ $((after - before)) = "$want" ] ||
+		fail_because "zcopy_sends grew by $((after - before)), want $want" || return 1
+	echo "    zcopy off: copied"
+	echo 0 > $f/zcopy
+	zcopy_run || return 1
+	[ "$after" = "$before" ] || fail_because "zcopy_sends grew with zcopy off" || return 1
+	echo 1 > $f/zcopy
+	echo "    zcopy on, 3% loss each way"
+	modprobe sch_netem
+	local mac1 mac2
+	mac1=$(ip -n h1 -o link show veth1) mac2=$(ip -n h2 -o link show veth2)
+	mac1=${mac1#*link/ether } mac2=${mac2#*link/ether }
+	ip -n h2 neigh replace 10.55.0.1 lladdr "${mac1%% *}" dev veth2 nud permanent
+	ip -n h1 neigh replace 10.55.0.2 lladdr "${mac2%% *}" dev veth1 nud permanent
+	tc -n h1 qdisc add dev veth1 root netem loss 3%
+	tc -n h2 qdisc add dev veth2 root netem loss 3%
+	local rc=0
+	zcopy_run || rc=1
+	tc -n h1 qdisc del dev veth1 root
+	tc -n h2 qdisc del dev veth2 root
+	ip -n h2 neigh del 10.55.0.1 dev veth2
+	ip -n h1 neigh del 10.55.0.2 dev veth1
+	[ $rc = 0 ] || return 1
+	[ $((after - before)) = "$want" ] ||
+		fail_because "zcopy_sends grew by $((after - before)) under loss, want $want" || return 1
+	no_qps rs1 && no_qps rs2
+}
+
 # A process that writes garbage into its own send ring (tests/vm/ring-fault.c)
 # fails only its own QP: the garbage is refused with LOC_QP_OP_ERR and the
 # QP goes to ERROR, its connection ends (ring-fault's rdma_disconnect must
