@@ -289,6 +289,40 @@ server_client() {
 	[ "$src" = 0 ] || fail_because "server exited $src: ${scmd[*]}" || return 1
 }
 
+# netem_on ARGS...: a netem qdisc with ARGS ("loss 3%", ...) on both ends
+# of the veth pair. The peers' link addresses are fixed first: netem also
+# drops ARP, and rping gives address resolution 2 s, less than two ARP
+# retransmissions take. The tests are about the stream, not ARP.
+netem_on() {
+	modprobe sch_netem
+	local mac1 mac2
+	mac1=$(ip -n h1 -o link show veth1) mac2=$(ip -n h2 -o link show veth2)
+	mac1=${mac1#*link/ether } mac2=${mac2#*link/ether }
+	ip -n h2 neigh replace 10.55.0.1 lladdr "${mac1%% *}" dev veth2 nud permanent
+	ip -n h1 neigh replace 10.55.0.2 lladdr "${mac2%% *}" dev veth1 nud permanent
+	ip -n h1 link set veth1 txqueuelen 1000
+	ip -n h2 link set veth2 txqueuelen 1000
+	tc -n h1 qdisc add dev veth1 root netem "$@"
+	tc -n h2 qdisc add dev veth2 root netem "$@"
+}
+
+# netem_off: removes what netem_on set up, and fails the test if netem
+# dropped nothing (then it did not test loss).
+netem_off() {
+	local drops=0 d h
+	for h in h1:veth1 h2:veth2; do
+		d=$({ tc -n "${h%:*}" -s qdisc show dev "${h#*:}" || true; } |
+			awk '{ for (i = 1; i < NF; i++) if ($i == "(dropped") { sub(",", "", $(i + 1)); print $(i + 1); exit } }')
+		drops=$((drops + ${d:-0}))
+	done
+	echo "    netem dropped $drops packets"
+	tc -n h1 qdisc del dev veth1 root
+	tc -n h2 qdisc del dev veth2 root
+	ip -n h2 neigh del 10.55.0.1 dev veth2
+	ip -n h1 neigh del 10.55.0.2 dev veth1
+	[ "$drops" -gt 0 ] || fail_because "netem dropped nothing: the test did not test loss"
+}
+
 # The TCP port a test server command listens on: rping 7174, rdma_server
 # and ucmatose 7471, perftest 18515, iwarp-peer its --listen port, rfc7306,
 # access, inline-verify and zcopy-verify their last argument.

@@ -270,21 +270,9 @@ test_56_zero_copy_sends_verified() {
 	[ "$after" = "$before" ] || fail_because "zcopy_sends grew with zcopy off" || return 1
 	echo 1 > $f/zcopy
 	echo "    zcopy on, 3% loss each way"
-	modprobe sch_netem
-	local mac1 mac2
-	mac1=$(ip -n h1 -o link show veth1) mac2=$(ip -n h2 -o link show veth2)
-	mac1=${mac1#*link/ether } mac2=${mac2#*link/ether }
-	ip -n h2 neigh replace 10.55.0.1 lladdr "${mac1%% *}" dev veth2 nud permanent
-	ip -n h1 neigh replace 10.55.0.2 lladdr "${mac2%% *}" dev veth1 nud permanent
-	tc -n h1 qdisc add dev veth1 root netem loss 3%
-	tc -n h2 qdisc add dev veth2 root netem loss 3%
-	local rc=0
-	zcopy_run || rc=1
-	tc -n h1 qdisc del dev veth1 root
-	tc -n h2 qdisc del dev veth2 root
-	ip -n h2 neigh del 10.55.0.1 dev veth2
-	ip -n h1 neigh del 10.55.0.2 dev veth1
-	[ $rc = 0 ] || return 1
+	netem_on loss 3%
+	zcopy_run || return 1
+	netem_off || return 1
 	[ $((after - before)) = "$want" ] ||
 		fail_because "zcopy_sends grew by $((after - before)) under loss, want $want" || return 1
 	no_qps rs1 && no_qps rs2

@@ -13,35 +13,12 @@ verified_rping() {
 
 test_80_packet_loss_and_delay() {
 	uverbs_pair
-	modprobe sch_netem
 	# 3% loss and 1 ms +- 1 ms of jitter (reordering the stream's segments)
 	# each way: TCP retransmits, and every octet must still arrive intact.
-	# The peers' link addresses are fixed first: netem also drops ARP,
-	# and rping gives address resolution 2 s, less than two ARP
-	# retransmissions take. The test is about the stream, not ARP.
-	local mac1 mac2
-	mac1=$(ip -n h1 -o link show veth1) mac2=$(ip -n h2 -o link show veth2)
-	mac1=${mac1#*link/ether } mac2=${mac2#*link/ether }
-	ip -n h2 neigh replace 10.55.0.1 lladdr "${mac1%% *}" dev veth2 nud permanent
-	ip -n h1 neigh replace 10.55.0.2 lladdr "${mac2%% *}" dev veth1 nud permanent
-	ip -n h1 link set veth1 txqueuelen 1000
-	ip -n h2 link set veth2 txqueuelen 1000
-	tc -n h1 qdisc add dev veth1 root netem loss 3% delay 1ms 1ms
-	tc -n h2 qdisc add dev veth2 root netem loss 3% delay 1ms 1ms
+	netem_on loss 3% delay 1ms 1ms
 	echo "    verified rping with 3% loss and jitter each way"
 	verified_rping 20 8192 || return 1
-	local drops=0 d h
-	for h in h1:veth1 h2:veth2; do
-		d=$({ tc -n "${h%:*}" -s qdisc show dev "${h#*:}" || true; } |
-			awk '{ for (i = 1; i < NF; i++) if ($i == "(dropped") { sub(",", "", $(i + 1)); print $(i + 1); exit } }')
-		drops=$((drops + ${d:-0}))
-	done
-	echo "    netem dropped $drops packets"
-	[ "$drops" -gt 0 ] || fail_because "netem dropped nothing: the test did not test loss" || return 1
-	tc -n h1 qdisc del dev veth1 root
-	tc -n h2 qdisc del dev veth2 root
-	ip -n h2 neigh del 10.55.0.1 dev veth2
-	ip -n h1 neigh del 10.55.0.2 dev veth1
+	netem_off || return 1
 	no_qps rs1 && no_qps rs2
 }
 
