@@ -162,7 +162,8 @@ struct Tx {
     crc: Crc32c,
     /// Request Identifier of the next Atomic Request.
     atomic_id: u32,
-    /// Number of the next zero-copy send ([`ZcTrack`]).
+    /// Number of the next zero-copy send ([`ZcTrack`]), below
+    /// [`RESPONSE_SEQ`].
     zc_seq: u64,
     /// The inline data of the WQE in `cur` (copied from its send queue
     /// slot when it is taken; rewritten only when the next WQE is taken,
@@ -216,6 +217,13 @@ pub(crate) struct ZcTrack {
     knobs: Arc<MpaKnobs>,
 }
 
+/// How long a teardown waits for zero-copy sends' releases, in ms.
+const ZC_TEARDOWN_WAIT_MS: u32 = 1000;
+
+/// The number of a Read Response's note: no work request completes with
+/// it. Sends are numbered below it.
+const RESPONSE_SEQ: u64 = u64::MAX;
+
 /// [`ZcTrack::users`]: the link is cut.
 const ZC_CLOSED: u32 = 1 << 31;
 
@@ -223,6 +231,9 @@ impl ZcTrack {
     /// The network stack released the pages of send `seq` (softirq or
     /// process context).
     pub(crate) fn released(&self, seq: u64) {
+        if seq == RESPONSE_SEQ {
+            return;
+        }
         let mut u = self.users.load(Ordering::Acquire);
         loop {
             if u & ZC_CLOSED != 0 {
@@ -233,18 +244,7 @@ impl ZcTrack {
                 Err(now) => u = now,
             }
         }
-        let qp = self.qp.qp();
-        if qp::released(qp, seq) {
-            // A graceful close waits for the send queue to drain, these
-            // sends included. The QP still links the connection (the
-            // teardown cuts that link only after `close` has waited for
-            // this release), so this reference is not the last one.
-            if let Some(c) = qp::conn_of(qp) {
-                if c.graceful.load(Ordering::Acquire) {
-                    c.kick();
-                }
-            }
-        }
+        qp::released(self.qp.qp(), seq);
         self.users.fetch_sub(1, Ordering::Release);
     }
 
@@ -1243,7 +1243,10 @@ impl Conn {
                     tx.segs.add(m, req.source_to, u64::from(req.read_size)).map_err(|_| None)?;
                 }
                 let msg = tx.transmitter.start(&msg).map_err(|_| None)?;
-                tx.cur = Some(Cur { msg, wqe: None, planned: false, then: None, zc: None });
+                // By reference too when large and from a process's region;
+                // nothing completes when the stack releases it.
+                let zc = self.zcopy_note(tx, false, req.read_size, RESPONSE_SEQ);
+                tx.cur = Some(Cur { msg, wqe: None, planned: false, then: None, zc });
                 return Ok(());
             }
             Job::Response(Inbound::Atomic(AtomicJob { req, mem })) => {
@@ -1330,7 +1333,13 @@ impl Conn {
                 // A Read or Atomic Request awaits its response before its
                 // first octet leaves: over a fast link the response can be
                 // received before the send call returns.
-                let zc = if no_payload || then.is_some() { None } else { self.zcopy_note(tx, &wqe) };
+                let zc = if no_payload || then.is_some() {
+                    None
+                } else {
+                    let seq = tx.zc_seq;
+                    tx.zc_seq = seq.wrapping_add(1) % RESPONSE_SEQ;
+                    self.zcopy_note(tx, wqe.inline, wqe.len, seq)
+                };
                 let wqe = if no_payload {
                     qp::await_response(qp, wqe).map_err(|w| Some((w, WcStatus::WrFlushErr)))?;
                     None
@@ -1344,19 +1353,18 @@ impl Conn {
         }
     }
 
-    /// A notification for sending `wqe`'s payload by reference, if it
-    /// goes that way: the device's `zcopy` setting is on, the payload is
-    /// at least [`ZCOPY_MIN`] octets, all in a process's regions (whose
-    /// pages are pinned; a kernel consumer's memory may be slab memory,
-    /// which skbs must not reference), and no markers cut it into
-    /// 512-octet pieces. (An RDMA Write with Immediate Data, whose WQE
-    /// spans two messages, is copied.)
-    fn zcopy_note(&self, tx: &mut Tx, wqe: &SendWqe) -> Option<(Note, u64)> {
-        if wqe.inline || wqe.len < ZCOPY_MIN || self.neg.markers_tx || !self.zc.knobs.zcopy() || !tx.segs.all_user() {
+    /// A notification (numbered `seq`) for sending the payload of the
+    /// message just resolved into `tx.segs`, `len` octets, by reference,
+    /// if it goes that way: the device's `zcopy` setting is on, the
+    /// payload is at least [`ZCOPY_MIN`] octets, not `inline`, all in a
+    /// process's regions (whose pages are pinned; a kernel consumer's
+    /// memory may be slab memory, which skbs must not reference), and no
+    /// markers cut it into 512-octet pieces. (An RDMA Write with
+    /// Immediate Data, whose WQE spans two messages, is copied.)
+    fn zcopy_note(&self, tx: &Tx, inline: bool, len: u32, seq: u64) -> Option<(Note, u64)> {
+        if inline || len < ZCOPY_MIN || self.neg.markers_tx || !self.zc.knobs.zcopy() || !tx.segs.all_user() {
             return None;
         }
-        let seq = tx.zc_seq;
-        tx.zc_seq = seq.wrapping_add(1);
         let note = Note::new(&self.zc, seq)?;
         self.zc.knobs.count_zcopy();
         Some((note, seq))
@@ -1782,8 +1790,18 @@ impl Conn {
         if let Some((w, _)) = filling {
             qp::complete_recv(qp, w, WcStatus::WrFlushErr, 0, false, RecvKind::Send { invalidated: None });
         }
-        // Releases of zero-copy sends complete nothing from now on: the
-        // QP is flushed below and may go once the connection unlinks.
+        // Zero-copy sends still in flight get a moment for the peer's
+        // acknowledgement (the FIN or TERMINATE follows them): flushed,
+        // their buffers would be the consumer's again while the stack may
+        // still send from them. A peer that does not answer in time is
+        // not waited for.
+        let mut waited = 0;
+        while waited < ZC_TEARDOWN_WAIT_MS && qp::releases_pending(qp) {
+            crate::wq::sleep_us(1000);
+            waited += 1;
+        }
+        // Releases complete nothing from now on: the QP is flushed below
+        // and may go once the connection unlinks.
         self.zc.close();
         // The message in flight is flushed too (its memory references go),
         // in order between the requests awaiting responses and the queue.

@@ -13,8 +13,8 @@
 //!
 //! And one transmit setting, read for each large message:
 //!
-//! - `zcopy`: `1` sends large Sends and RDMA Writes from a process's
-//!   memory regions by reference, completing them once the network stack
+//! - `zcopy`: `1` sends large Sends, RDMA Writes and Read Responses from
+//!   a process's memory regions by reference, completing them once the network stack
 //!   has released their pages ([`crate::zcopy`]); `0` copies them into the
 //!   socket, completing them as it takes them. The default is `1` on a
 //!   NIC's netdev (one with a parent device) and `0` on a virtual one

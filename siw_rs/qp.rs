@@ -1076,7 +1076,15 @@ pub(crate) fn to_error(qp: &Qp<SiwRs>, in_flight: Option<SendWqe>) {
 /// Whether nothing is left to transmit (for a graceful close).
 pub(crate) fn sq_empty(qp: &Qp<SiwRs>) -> bool {
     let inner = qp.data().inner.lock();
-    inner.sq.len == 0 && inner.inbound.len == 0 && inner.reads_out == 0 && inner.pending.len == 0
+    inner.sq.len == 0 && inner.inbound.len == 0 && inner.reads_out == 0
+}
+
+/// Whether a zero-copy send awaits the release of its pages.
+pub(crate) fn releases_pending(qp: &Qp<SiwRs>) -> bool {
+    let inner = qp.data().inner.lock();
+    (0..inner.pending.len)
+        .map(|k| inner.pending.slot(k))
+        .any(|i| matches!(inner.pending.slots.get(i), Some(Some((_, Wait::Release(_))))))
 }
 
 /// An inbound RDMA Read Request to answer.
@@ -1293,9 +1301,8 @@ pub(crate) fn sent_zcopy(qp: &Qp<SiwRs>, w: SendWqe, seq: u64) -> bool {
 }
 
 /// The network stack released the pages of zero-copy send `seq`: it
-/// completes now if every WQE before it has. Returns whether `pending`
-/// is empty after that (a graceful close may go on).
-pub(crate) fn released(qp: &Qp<SiwRs>, seq: u64) -> bool {
+/// completes now if every WQE before it has.
+pub(crate) fn released(qp: &Qp<SiwRs>, seq: u64) {
     {
         let mut inner = qp.data().inner.lock();
         let found = (0..inner.pending.len).map(|k| inner.pending.slot(k)).find(|&i| {
@@ -1306,7 +1313,6 @@ pub(crate) fn released(qp: &Qp<SiwRs>, seq: u64) -> bool {
         }
     }
     complete_done(qp);
-    qp.data().inner.lock().pending.len == 0
 }
 
 /// The sink of the oldest outstanding request if it is a Read: (lkey,

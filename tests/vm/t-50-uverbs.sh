@@ -228,19 +228,21 @@ test_54_inline_sends_verified() {
 
 # Zero-copy transmit (tests/vm/zcopy-verify.c): 48 Sends and 24 RDMA
 # Writes of 16 KiB to 1 MiB from registered memory, gathered from up to
-# three SGEs at odd offsets, every octet checked by the server; the client
+# three SGEs at odd offsets, every octet checked by the server, then 12
+# RDMA Reads of the written areas, checked by the client. The client
 # overwrites each buffer the moment its request is known complete, so a
 # request completed while the stack still had its pages to send would
 # deliver the overwrite. zcopy is off by default on a veth (a netdev with
-# no parent device) and is turned on; rs2's zcopy_sends counter must then
-# grow by one per message of 16 KiB or more. Then the same with zcopy off
-# on rs2 (copied: the counter stays), and with zcopy on again under 3% loss
-# each way, where TCP resends from the very pages (a completion before
-# their release would let the overwrite reach the server: a mutant that
-# completed at the hand-over to the socket failed there).
-test_56_zero_copy_sends_verified() {
+# no parent device) and is turned on at both ends; rs2's zcopy_sends
+# counter must then grow by one per message of 16 KiB or more, rs1's by
+# one per Read Response. Then the same with zcopy off (copied: the
+# counters stay), and with zcopy on again under 3% loss each way, where
+# TCP resends from the very pages (a completion before their release
+# would let the overwrite reach the server: a mutant that completed at the
+# hand-over to the socket failed there).
+test_59_zero_copy_sends_verified() {
 	uverbs_pair
-	local f=/sys/class/infiniband/rs2 before after want port=7190
+	local f=/sys/class/infiniband/rs2 before after want reads port=7190
 	[ "$(cat $f/zcopy) $(cat /sys/class/infiniband/rs1/zcopy)" = "0 0" ] ||
 		fail_because "zcopy is not off by default on a veth" || return 1
 	if { echo 2 > $f/zcopy; } 2>/dev/null || { echo 1 > $f/zcopy_sends; } 2>/dev/null; then
@@ -248,33 +250,39 @@ test_56_zero_copy_sends_verified() {
 		return 1
 	fi
 	echo 1 > $f/zcopy
+	echo 1 > /sys/class/infiniband/rs1/zcopy
 	zcopy_run() {
 		before=$(cat $f/zcopy_sends)
+		local rbefore; rbefore=$(cat /sys/class/infiniband/rs1/zcopy_sends)
 		server_client h1 h2 300 -- "$WP" build/zcopy-verify server 10.55.0.1 $port \
 			-- "$WP" build/zcopy-verify client 10.55.0.1 $port || return 1
 		port=$((port + 1))
 		grep -q "48 Sends of 16 KiB-1 MiB verified" /tmp/server.log &&
-			grep -q "24 RDMA Writes of 16 KiB-1 MiB verified" /tmp/server.log ||
-			fail_because "the server did not verify everything" || return 1
+			grep -q "24 RDMA Writes of 16 KiB-1 MiB verified" /tmp/server.log &&
+			grep -q "12 RDMA Reads of 16 KiB-1 MiB verified" /tmp/client.log ||
+			fail_because "not everything was verified" || return 1
+		reads=$(( $(cat /sys/class/infiniband/rs1/zcopy_sends) - rbefore ))
 		want=$(sed -n 's/.*completed in order, \([0-9]*\) of them of 16 KiB or more/\1/p' /tmp/client.log)
 		[ "$want" = 72 ] || fail_because "the client reported ${want:-no} large messages, want 72" || return 1
 		after=$(cat $f/zcopy_sends)
 	}
 	echo "    zcopy on"
 	zcopy_run || return 1
-	[ $((after - before)) = "$want" ] ||
-		fail_because "zcopy_sends grew by $((after - before)), want $want" || return 1
+	[ $((after - before)) = "$want" ] && [ "$reads" = 12 ] ||
+		fail_because "zcopy_sends grew by $((after - before)) and $reads (Read Responses), want $want and 12" || return 1
 	echo "    zcopy off: copied"
 	echo 0 > $f/zcopy
+	echo 0 > /sys/class/infiniband/rs1/zcopy
 	zcopy_run || return 1
-	[ "$after" = "$before" ] || fail_because "zcopy_sends grew with zcopy off" || return 1
+	[ "$after" = "$before" ] && [ "$reads" = 0 ] || fail_because "zcopy_sends grew with zcopy off" || return 1
 	echo 1 > $f/zcopy
+	echo 1 > /sys/class/infiniband/rs1/zcopy
 	echo "    zcopy on, 3% loss each way"
 	netem_on loss 3%
 	zcopy_run || return 1
 	netem_off || return 1
-	[ $((after - before)) = "$want" ] ||
-		fail_because "zcopy_sends grew by $((after - before)) under loss, want $want" || return 1
+	[ $((after - before)) = "$want" ] && [ "$reads" = 12 ] ||
+		fail_because "zcopy_sends grew by $((after - before)) and $reads under loss, want $want and 12" || return 1
 	no_qps rs1 && no_qps rs2
 }
 

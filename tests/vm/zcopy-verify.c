@@ -21,7 +21,12 @@
  *     landed past one;
  *   - N_WRITE RDMA Writes of the same sizes into areas of the server's
  *     region, then a Send "done"; the server checks every area and the
- *     guard octets after it.
+ *     guard octets after it;
+ *   - N_READ RDMA Reads of the first of those areas back into the client's
+ *     buffers (whose responses siw_rs sends by reference too), one at a
+ *     time, each checked octet by octet and for nothing placed past it;
+ *     the server disconnects once the client's Send "read" says it is
+ *     through.
  * The client checks each signalled completion's wr_id and status and
  * prints how many messages were at least 16 KiB (what siw_rs sends by
  * reference). Exit status 0 only if everything held.
@@ -42,6 +47,7 @@
 
 #define N_SEND 48
 #define N_WRITE 24
+#define N_READ 12
 #define SQ_DEPTH 8
 #define SIGNAL_EVERY 2
 #define MAX_MSG (1 << 20)
@@ -105,10 +111,10 @@ static int check_area(const uint8_t *p, int msg, const char *what, int i)
 static int run_server(struct rdma_addrinfo *res)
 {
 	struct ibv_qp_init_attr attr = {
-		.cap = { .max_send_wr = 4, .max_recv_wr = N_SEND + 1, .max_send_sge = 1, .max_recv_sge = 1 },
+		.cap = { .max_send_wr = 4, .max_recv_wr = N_SEND + 2, .max_send_sge = 1, .max_recv_sge = 1 },
 		.sq_sig_all = 1,
 	};
-	size_t rlen = area_off(N_SEND) + 4096, tlen = area_off(N_WRITE);
+	size_t rlen = area_off(N_SEND) + 8192, tlen = area_off(N_WRITE);
 	uint8_t *rbuf = aligned_alloc(4096, rlen);
 	uint8_t *target = aligned_alloc(4096, tlen);
 	struct keys *keys = aligned_alloc(64, 64);
@@ -128,23 +134,29 @@ static int run_server(struct rdma_addrinfo *res)
 	if (rdma_get_request(listen_id, &id))
 		return fail("rdma_get_request");
 	rmr = ibv_reg_mr(id->pd, rbuf, rlen, IBV_ACCESS_LOCAL_WRITE);
-	tmr = ibv_reg_mr(id->pd, target, tlen, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	tmr = ibv_reg_mr(id->pd, target, tlen,
+			 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
 	kmr = ibv_reg_mr(id->pd, keys, 64, IBV_ACCESS_LOCAL_WRITE);
 	if (!rmr || !tmr || !kmr)
 		return fail("ibv_reg_mr");
-	for (i = 0; i <= N_SEND; i++) {
+	for (i = 0; i <= N_SEND + 1; i++) {
 		/* Each receive is exactly as long as its message, but the
-		 * last ("done"), which has room to spare. */
+		 * last two ("done", "read"), which have room to spare. */
 		size_t len = i < N_SEND ? msg_len(i) : 64;
-		struct ibv_sge sge = { .addr = (uintptr_t)(rbuf + area_off(i)), .length = (uint32_t)len,
+		size_t at = i <= N_SEND ? area_off(i) : area_off(N_SEND) + 4096;
+		struct ibv_sge sge = { .addr = (uintptr_t)(rbuf + at), .length = (uint32_t)len,
 				       .lkey = rmr->lkey };
 		struct ibv_recv_wr wr = { .wr_id = i, .sg_list = &sge, .num_sge = 1 }, *badwr;
 
 		if (ibv_post_recv(id->qp, &wr, &badwr))
 			return fail("ibv_post_recv");
 	}
-	if (rdma_accept(id, NULL))
-		return fail("rdma_accept");
+	{
+		struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1 };
+
+		if (rdma_accept(id, &cp))
+			return fail("rdma_accept");
+	}
 	keys->addr = (uintptr_t)target;
 	keys->rkey = tmr->rkey;
 	rc = send_and_wait(id->qp, id->send_cq, keys, sizeof(*keys), kmr->lkey);
@@ -173,6 +185,10 @@ static int run_server(struct rdma_addrinfo *res)
 		if (check_area(target + area_off(i), 1000 + i, "write", i))
 			return 1;
 	printf("zcopy-verify: server: %d RDMA Writes of 16 KiB-1 MiB verified\n", N_WRITE);
+	/* "read": the client's Reads are through. */
+	if (wait_wc(id->recv_cq, &wc) || wc.status != IBV_WC_SUCCESS || wc.byte_len != 4 ||
+	    memcmp(rbuf + area_off(N_SEND) + 4096, "read", 4))
+		return bad("no \"read\" Send after the Reads");
 	rdma_disconnect(id);
 	ibv_dereg_mr(rmr);
 	ibv_dereg_mr(tmr);
@@ -183,8 +199,8 @@ static int run_server(struct rdma_addrinfo *res)
 }
 
 /* Client state. */
-static uint8_t *slots;
-static struct ibv_mr *slots_mr;
+static uint8_t *slots, *rsink;
+static struct ibv_mr *slots_mr, *rsink_mr;
 static struct rdma_cm_id *cid;
 static int posted, done;
 /* The message each slot's request carries, for the overwrite. */
@@ -290,8 +306,12 @@ static int run_client(struct rdma_addrinfo *res)
 		if (ibv_post_recv(cid->qp, &wr, &badwr))
 			return fail("ibv_post_recv");
 	}
-	if (rdma_connect(cid, NULL))
-		return fail("rdma_connect");
+	{
+		struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1 };
+
+		if (rdma_connect(cid, &cp))
+			return fail("rdma_connect");
+	}
 	if (wait_wc(cid->recv_cq, &wc) || wc.status != IBV_WC_SUCCESS)
 		return bad("no keys from the server");
 
@@ -327,10 +347,56 @@ static int run_client(struct rdma_addrinfo *res)
 	}
 	printf("zcopy-verify: client: %d work requests completed in order, %d of them of 16 KiB or more\n",
 	       posted, large);
+
+	/* Reads of the written areas back into a buffer of their own, one at
+	 * a time. */
+	rsink = aligned_alloc(4096, SLOT);
+	if (!rsink)
+		return fail("aligned_alloc");
+	rsink_mr = ibv_reg_mr(cid->pd, rsink, SLOT, IBV_ACCESS_LOCAL_WRITE);
+	if (!rsink_mr)
+		return fail("ibv_reg_mr");
+	for (i = 0; i < N_READ; i++) {
+		size_t len = msg_len(i);
+		uint8_t *sinkp = rsink + msg_off(i);
+		struct ibv_sge sge = { .addr = (uintptr_t)sinkp, .length = (uint32_t)len, .lkey = rsink_mr->lkey };
+		struct ibv_send_wr wr = { .wr_id = posted, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_READ,
+					  .send_flags = IBV_SEND_SIGNALED }, *badwr;
+
+		memset(rsink, 0xee, SLOT);
+		wr.wr.rdma.remote_addr = keys->addr + area_off(i);
+		wr.wr.rdma.rkey = keys->rkey;
+		if (ibv_post_send(cid->qp, &wr, &badwr))
+			return fail("ibv_post_send read");
+		posted++;
+		if (reap(posted - 1))
+			return 1;
+		for (size_t k = 0; k < len; k++)
+			if (sinkp[k] != pattern(1000 + i, k))
+				return bad("read %d (%zu octets) octet %zu: %#x, want %#x", i, len, k, sinkp[k],
+					   pattern(1000 + i, k));
+		for (size_t k = len; k < len + GUARD && msg_off(i) + k < SLOT; k++)
+			if (sinkp[k] != 0xee)
+				return bad("read %d: octet %zu placed past its %zu", i, k, len);
+	}
+	printf("zcopy-verify: client: %d RDMA Reads of 16 KiB-1 MiB verified\n", N_READ);
+	{
+		static const char msg[] = "read";
+		struct ibv_sge sge = { .addr = (uintptr_t)msg, .length = 4, .lkey = 0 };
+		struct ibv_send_wr wr = { .wr_id = posted, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+					  .send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED }, *badwr;
+
+		if (ibv_post_send(cid->qp, &wr, &badwr))
+			return fail("ibv_post_send read");
+		posted++;
+		if (reap(posted - 1))
+			return 1;
+	}
 	/* The server disconnects once it has checked everything. */
 	if (rdma_disconnect(cid))
 		return fail("rdma_disconnect");
 	ibv_dereg_mr(slots_mr);
+	ibv_dereg_mr(rsink_mr);
 	ibv_dereg_mr(kmr);
 	rdma_destroy_ep(cid);
 	return 0;
