@@ -19,6 +19,10 @@
 //!   socket is full, asks for a write-space callback, which re-queues it.
 //!   Nothing busy-waits and no queue is unbounded: the send queue is the
 //!   QP's fixed ring.
+//! - A zero-copy send's release ([`ZcTrack::released`]) comes from the
+//!   network stack, in softirq (an acknowledgement) or in a socket call's
+//!   process context; it takes no lock of its own and completes work
+//!   requests through the QP's lock, as a Read Response's arrival does.
 //! - Teardown ([`Conn::close`]) is idempotent; its work item detaches the
 //!   socket callbacks (after which no callback can run), sends a pending
 //!   TERMINATE, closes the socket, moves the QP to ERROR (flushing it),

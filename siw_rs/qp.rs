@@ -1279,25 +1279,25 @@ fn complete_done(qp: &Qp<SiwRs>) {
 
 /// A zero-copy send was handed to the socket whole: it completes, in
 /// order, once the network stack has released its pages ([`released`]
-/// with `seq`), and with the WQEs before it. `false` if the QP left RTS:
-/// it completes at once then, as [`sent`] does (flushed in ERROR; its
-/// pages may still be in flight, but the connection that would carry
-/// them is ending).
-pub(crate) fn sent_zcopy(qp: &Qp<SiwRs>, w: SendWqe, seq: u64) -> bool {
+/// with `seq`), and with the WQEs before it. If the QP left RTS it
+/// completes at once, as [`sent`] does (flushed in ERROR; its pages may
+/// still be in flight, but the connection that would carry them is
+/// ending).
+pub(crate) fn sent_zcopy(qp: &Qp<SiwRs>, w: SendWqe, seq: u64) {
     let mut wakes = Wakes::none();
-    let (queued, done) = {
+    let done = {
         let mut inner = qp.data().inner.lock();
         if inner.state == QpState::Rts && inner.pending.len < inner.pending.slots.len() {
             let _ = inner.pending.push((w, Wait::Release(seq)));
-            (true, None)
+            None
         } else {
             complete_send_locked(qp, &mut inner, &w, WcStatus::Success, &mut wakes);
-            (false, Some(w))
+            Some(w)
         }
     };
+    // Dropped without the lock: it may hold the last reference to a region.
     drop(done);
     wakes.run(qp);
-    queued
 }
 
 /// The network stack released the pages of zero-copy send `seq`: it

@@ -4,15 +4,16 @@
 //! send's pages.
 //!
 //! A large Send, RDMA Write or Read Response from a process's memory
-//! region is handed to the socket by reference ([`crate::net::Socket::send_zcopy`]): the skbs
-//! point at the region's pinned pages instead of a copy, each holding a
-//! page reference and a reference to the send's [`Note`] (a `struct
-//! ubuf_info`). When the last skb is freed (the data acknowledged by the
-//! peer, or copied by the stack on the way, as a veth pair does), the note
-//! is released and [`ZcTrack::released`] completes the work request, in
-//! order with the rest of the send queue (a Read Response has none). The completion therefore means
-//! what a consumer takes it to mean: the buffer may be reused, nothing
-//! refers to it any more.
+//! region is handed to the socket by reference
+//! ([`crate::net::Socket::send_zcopy`]): the skbs point at the region's
+//! pinned pages instead of a copy, each holding a page reference and a
+//! reference to the send's [`Note`] (a `struct ubuf_info`). When the last
+//! skb is freed (the data acknowledged by the peer, or copied by the stack
+//! on the way, as a veth pair does), the note is released and
+//! [`ZcTrack::released`] completes the work request, in order with the
+//! rest of the send queue (a Read Response has none). The completion
+//! therefore means what a consumer takes it to mean: the buffer may be
+//! reused, nothing refers to it any more.
 //!
 //! A note can outlive its connection and its QP (un-acknowledged data of
 //! a closed socket stays queued until TCP gives up on it): it holds only
