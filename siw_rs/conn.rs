@@ -390,16 +390,17 @@ impl PayloadSource for Segs {
 }
 
 /// Calls `f` with the pending octets of `batch` as slices, in wire order
-/// (payload pieces through `segs`), until it returns false. Returns
-/// whether every payload piece it reached resolved.
-fn pending_slices<'a>(batch: &'a TxBatch, segs: &'a Segs, mut f: impl FnMut(&'a [u8]) -> bool) -> bool {
+/// (payload pieces through `segs`), and whether each is payload (else
+/// framing octets), until it returns false. Returns whether every payload
+/// piece it reached resolved.
+fn pending_slices<'a>(batch: &'a TxBatch, segs: &'a Segs, mut f: impl FnMut(&'a [u8], bool) -> bool) -> bool {
     let mut resolved = true;
     for chunk in batch.chunks() {
         let more = match chunk {
-            Chunk::Bytes(b) => f(b),
+            Chunk::Bytes(b) => f(b, false),
             Chunk::Payload { offset, len, .. } => {
                 let mut more = true;
-                resolved &= segs.for_range(offset, len, |p| more = more && f(p));
+                resolved &= segs.for_range(offset, len, |p| more = more && f(p, true));
                 more
             }
         };
@@ -416,7 +417,7 @@ fn pending_slices<'a>(batch: &'a TxBatch, segs: &'a Segs, mut f: impl FnMut(&'a 
 fn gather(batch: &TxBatch, segs: &Segs, out: &mut [u8]) -> Result<usize> {
     let mut at = 0usize;
     let mut fits = true;
-    let resolved = pending_slices(batch, segs, |p| match out.get_mut(at..at + p.len()) {
+    let resolved = pending_slices(batch, segs, |p, _| match out.get_mut(at..at + p.len()) {
         Some(dst) => {
             dst.copy_from_slice(p);
             at += p.len();
@@ -438,7 +439,7 @@ fn gather(batch: &TxBatch, segs: &Segs, out: &mut [u8]) -> Result<usize> {
 /// many as `parts` holds; returns how many.
 fn collect_parts<'a>(batch: &'a TxBatch, segs: &'a Segs, parts: &mut [&'a [u8]]) -> Result<usize> {
     let mut n = 0usize;
-    pending_slices(batch, segs, |p| match parts.get_mut(n) {
+    pending_slices(batch, segs, |p, _| match parts.get_mut(n) {
         Some(slot) => {
             *slot = p;
             n += 1;
@@ -458,27 +459,18 @@ fn collect_parts<'a>(batch: &'a TxBatch, segs: &'a Segs, parts: &mut [&'a [u8]])
 fn collect_zc_parts<'a>(batch: &'a TxBatch, segs: &'a Segs, parts: &mut [ZcPart<'a>]) -> Result<(usize, bool)> {
     let mut n = 0usize;
     let mut more = false;
-    for chunk in batch.chunks() {
-        let mut push = |bytes: &'a [u8], pinned: bool| match parts.get_mut(n) {
-            Some(slot) => {
-                *slot = ZcPart { bytes, pinned };
-                n += 1;
-            }
-            None => more = true,
-        };
-        match chunk {
-            Chunk::Bytes(b) => push(b, false),
-            Chunk::Payload { offset, len, .. } => {
-                if !segs.for_range(offset, len, |p| push(p, true)) {
-                    return Err(EINVAL);
-                }
-            }
+    let resolved = pending_slices(batch, segs, |bytes, pinned| match parts.get_mut(n) {
+        Some(slot) => {
+            *slot = ZcPart { bytes, pinned };
+            n += 1;
+            true
         }
-        if more {
-            break;
+        None => {
+            more = true;
+            false
         }
-    }
-    if n == 0 {
+    });
+    if !resolved || n == 0 {
         return Err(EINVAL);
     }
     Ok((n, more))

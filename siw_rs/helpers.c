@@ -703,8 +703,3 @@ int siw_rs_h_sendmsg_zc(struct socket *sock, const struct siw_rs_zc_part *parts,
 		put_page(framing);
 	return r;
 }
-
-void siw_rs_h_synchronize_rcu(void)
-{
-	synchronize_rcu();
-}

@@ -167,6 +167,5 @@ struct siw_rs_zc_part {
  */
 int siw_rs_h_sendmsg_zc(struct socket *sock, const struct siw_rs_zc_part *parts, unsigned int n,
 			struct ubuf_info *u, bool more);
-void siw_rs_h_synchronize_rcu(void);
 
 #endif

@@ -172,6 +172,13 @@ impl<T> Fifo<T> {
         }
     }
 
+    /// The slot of the oldest entry that satisfies `pred`.
+    fn find(&self, mut pred: impl FnMut(&T) -> bool) -> Option<usize> {
+        (0..self.len)
+            .map(|k| self.slot(k))
+            .find(|&i| self.slots.get(i).and_then(|s| s.as_ref()).is_some_and(&mut pred))
+    }
+
     /// The newest entry.
     fn last(&self) -> Option<&T> {
         let k = self.len.checked_sub(1)?;
@@ -1081,10 +1088,7 @@ pub(crate) fn sq_empty(qp: &Qp<SiwRs>) -> bool {
 
 /// Whether a zero-copy send awaits the release of its pages.
 pub(crate) fn releases_pending(qp: &Qp<SiwRs>) -> bool {
-    let inner = qp.data().inner.lock();
-    (0..inner.pending.len)
-        .map(|k| inner.pending.slot(k))
-        .any(|i| matches!(inner.pending.slots.get(i), Some(Some((_, Wait::Release(_))))))
+    qp.data().inner.lock().pending.find(|(_, d)| matches!(d, Wait::Release(_))).is_some()
 }
 
 /// An inbound RDMA Read Request to answer.
@@ -1236,9 +1240,7 @@ pub(crate) fn await_response(qp: &Qp<SiwRs>, w: SendWqe) -> core::result::Result
 
 /// Index in `pending` of the oldest request still awaiting its response.
 fn oldest_outstanding(inner: &Inner) -> Option<usize> {
-    (0..inner.pending.len).map(|k| inner.pending.slot(k)).find(|&i| {
-        matches!(inner.pending.slots.get(i), Some(Some((_, Wait::Response))))
-    })
+    inner.pending.find(|(_, d)| *d == Wait::Response)
 }
 
 /// The response to the oldest outstanding request (whose kind the caller
@@ -1305,9 +1307,7 @@ pub(crate) fn sent_zcopy(qp: &Qp<SiwRs>, w: SendWqe, seq: u64) {
 pub(crate) fn released(qp: &Qp<SiwRs>, seq: u64) {
     {
         let mut inner = qp.data().inner.lock();
-        let found = (0..inner.pending.len).map(|k| inner.pending.slot(k)).find(|&i| {
-            matches!(inner.pending.slots.get(i), Some(Some((_, Wait::Release(s)))) if *s == seq)
-        });
+        let found = inner.pending.find(|(_, d)| *d == Wait::Release(seq));
         if let Some(Some((_, d))) = found.and_then(|i| inner.pending.slots.get_mut(i)) {
             *d = Wait::Done;
         }

@@ -117,6 +117,6 @@ impl Drop for Drain {
         }
         // The last release may still be returning (see helpers.c).
         // SAFETY: process context.
-        unsafe { ffi::siw_rs_h_synchronize_rcu() };
+        unsafe { ffi::synchronize_rcu() };
     }
 }
