@@ -393,6 +393,7 @@ pub(crate) trait UserVerbs: crate::ib::Driver {
 pub(crate) fn install<T: UserVerbs>(ops: &mut ffi::ib_device_ops) {
     ops.alloc_ucontext = Some(alloc_ucontext_cb::<T>);
     ops.dealloc_ucontext = Some(dealloc_ucontext_cb);
+    ops.disassociate_ucontext = Some(disassociate_ucontext_cb);
     ops.mmap = Some(ffi::siw_rs_h_mmap);
     ops.mmap_free = Some(ffi::siw_rs_h_mmap_free);
     ops.size_ib_ucontext = size_of::<UctxObj>();
@@ -419,3 +420,25 @@ unsafe extern "C" fn alloc_ucontext_cb<T: UserVerbs>(uctx: *mut ffi::ib_ucontext
 }
 
 unsafe extern "C" fn dealloc_ucontext_cb(_uctx: *mut ffi::ib_ucontext) {}
+
+/// A device going away (`rdma link del`, its netdev deleted, the module
+/// unloading) ends the contexts that processes still hold on it, rather
+/// than waiting for the processes to close them: with this op present,
+/// ib_uverbs destroys every object of such a context (so their ordinary
+/// destroy callbacks run), then calls this, then `dealloc_ucontext`, and
+/// the process gets `EIO` from every later command.
+///
+/// Nothing is left for this op to do:
+/// - the rings are `vmalloc_user` pages mapped with `remap_vmalloc_range`,
+///   which holds a reference on each page for the mapping: freeing a ring
+///   leaves the process's mapping on pages that stay allocated until it
+///   unmaps them, and nothing in the kernel reads them any more;
+/// - the context's doorbell file refers to the device's QP table, from
+///   which its QPs are gone, so it rings nothing (the provider then falls
+///   back to the command file, which fails with `EIO`);
+/// - pinned memory is released with its region's destroy callback.
+///
+/// Without the op, ib_uverbs also pins the driver's module for each open
+/// file; the doorbell file, whose operations are the module's, still
+/// pins it (see [`crate::doorbell`]).
+unsafe extern "C" fn disassociate_ucontext_cb(_uctx: *mut ffi::ib_ucontext) {}

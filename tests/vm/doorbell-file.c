@@ -5,6 +5,7 @@
  *
  *   doorbell-file check DEVICE
  *   doorbell-file hold DEVICE
+ *   doorbell-file live DEVICE
  *
  * check opens two contexts A and B on DEVICE (through the siw_rs provider)
  * and finds the file each got (a close-on-exec "[siw_rs_doorbell]"):
@@ -21,10 +22,19 @@
  * prints "held" and waits for a line on stdin (the test deletes the device
  * and tries to unload the module meanwhile); then the copy must ring
  * nothing (EINVAL), and it prints "released" and exits.
+ * live keeps a context with a PD, a CQ, a QP, a region and a posted
+ * receive, prints "held" and waits for a line on stdin, the test deleting
+ * the device meanwhile (the kernel disassociates the context). Then: the
+ * async event queue must hold IBV_EVENT_DEVICE_FATAL; a region can no
+ * longer be registered (EIO); the doorbell file rings nothing (EINVAL); a
+ * Send is refused (EIO: the doorbell falls back to the command file);
+ * destroying each object and closing the device succeed; it prints
+ * "released" and exits.
  * Exit status 0 only if everything held.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -221,6 +231,61 @@ static int do_hold(const char *dev)
 	return failures != 0;
 }
 
+static int do_live(const char *dev)
+{
+	static char buf[4096];
+	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = sizeof(buf) };
+	struct ibv_recv_wr rwr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1 }, *badr;
+	struct ibv_send_wr swr = { .wr_id = 2, .sg_list = &sge, .num_sge = 1,
+				   .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED }, *bads;
+	struct ibv_async_event ev;
+	struct ibv_qp *qp;
+	struct ibv_mr *mr, *mr2;
+	struct pollfd pfd;
+	struct ctx c;
+	char line[16];
+	int rc, flags;
+
+	if (open_ctx(dev, &c) || c.db < 0)
+		return 1;
+	qp = make_qp(&c);
+	mr = ibv_reg_mr(c.pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	if (!qp || !mr) {
+		fprintf(stderr, "doorbell-file: qp/mr: %s\n", strerror(errno));
+		return 1;
+	}
+	sge.lkey = mr->lkey;
+	check(ibv_post_recv(qp, &rwr, &badr) == 0, "a receive posted before the device goes");
+	printf("held\n");
+	fflush(stdout);
+	if (!fgets(line, sizeof(line), stdin))
+		return 1;
+
+	flags = fcntl(c.ctx->async_fd, F_GETFL);
+	fcntl(c.ctx->async_fd, F_SETFL, flags | O_NONBLOCK);
+	pfd = (struct pollfd){ .fd = c.ctx->async_fd, .events = POLLIN };
+	rc = poll(&pfd, 1, 10000) == 1 && ibv_get_async_event(c.ctx, &ev) == 0;
+	if (rc)
+		ibv_ack_async_event(&ev);
+	check(rc && ev.event_type == IBV_EVENT_DEVICE_FATAL, "the async event is IBV_EVENT_DEVICE_FATAL");
+	mr2 = ibv_reg_mr(c.pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	check(!mr2 && errno == EIO, "a new region is refused (EIO)");
+	if (mr2)
+		ibv_dereg_mr(mr2);
+	check(ring(c.db, SIW_RS_IOCTL_SQ_DOORBELL, qp->qp_num) == EINVAL, "the doorbell file rings nothing (EINVAL)");
+	rc = ibv_post_send(qp, &swr, &bads);
+	printf("    post_send after the device went: %s\n", rc ? strerror(rc) : "accepted");
+	check(rc == EIO, "a Send is refused (EIO)");
+	check(ibv_destroy_qp(qp) == 0, "the QP is destroyed");
+	check(ibv_dereg_mr(mr) == 0, "the region is deregistered");
+	check(ibv_destroy_cq(c.cq) == 0, "the CQ is destroyed");
+	check(ibv_dealloc_pd(c.pd) == 0, "the PD is freed");
+	check(ibv_close_device(c.ctx) == 0, "the device is closed");
+	printf("released\n");
+	printf("doorbell-file: %d failed\n", failures);
+	return failures != 0;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -228,6 +293,8 @@ int main(int argc, char **argv)
 		return do_check(argv[2]);
 	if (argc == 3 && !strcmp(argv[1], "hold"))
 		return do_hold(argv[2]);
-	fprintf(stderr, "usage: doorbell-file check|hold DEVICE\n");
+	if (argc == 3 && !strcmp(argv[1], "live"))
+		return do_live(argv[2]);
+	fprintf(stderr, "usage: doorbell-file check|hold|live DEVICE\n");
 	return 2;
 }

@@ -69,40 +69,41 @@ test_81_link_down_and_up_during_transfer() {
 	no_qps rs1 && no_qps rs2
 }
 
-# kill_users_then_wait PID WHAT: SIGKILLs the endless rping pair (rping
-# itself, not the `timeout` around it, which SIGKILL would not pass on),
-# then requires the deletion PID (WHAT names it), which waited for them, to
-# finish within 30 s and succeed.
-kill_users_then_wait() {
-	local i
-	pkill -KILL -x rping || true
-	wait "$SP" 2>/dev/null || true
-	wait "$CP" 2>/dev/null || true
-	for ((i = 0; i < 150; i++)); do
-		kill -0 "$1" 2>/dev/null || break
-		nap 0.2
+# users_end_by_themselves SECS: the endless rping pair (SP, CP) must end
+# on its own within SECS seconds, its device gone under it, the server
+# told so by the RDMA CM (rping prints "cma detected device removal");
+# prints how each ended.
+users_end_by_themselves() {
+	local rc who pid log
+	for who in server client; do
+		pid=$SP log=/tmp/server.log
+		[ "$who" = client ] && pid=$CP log=/tmp/client.log
+		rc=0; wait_pid "$pid" "$1" || rc=$?
+		[ "$rc" != 124 ] || { stop_rping; fail_because "the rping $who still runs $1 s after the device went"; return 1; }
+		echo "    rping $who ended (exit $rc): $(grep -iE 'removal|error|fail|disconnect' "$log" | tail -n 1 | cut -c1-70)"
 	done
-	if kill -0 "$1" 2>/dev/null; then
-		fail_because "$2 still waits 30 s after its users died"
-		return 1
-	fi
-	wait "$1" || fail_because "$2 failed" || return 1
+	grep -q 'device removal' /tmp/server.log || fail_because "the rping server was not told of the device removal" || return 1
+	! grep -qi 'mismatch' /tmp/client.log || fail_because "rping saw corrupted data"
 }
 
 test_82_link_del_under_traffic() {
 	uverbs_pair
 	endless_rping
 	wait_pings 20 120 || return 1
-	# The device cannot go while a process holds a context on it (siw_rs,
-	# like siw, does not disassociate): `rdma link del` waits for it. The
-	# processes are then killed; the deletion must complete.
-	rdma link del rs1 &
-	local dp=$!
-	nap 3
-	kill_users_then_wait "$dp" "rdma link del rs1" || return 1
-	expect_no_dev rs1 "rs1 still exists after link del" || return 1
+	# A device that goes ends the contexts processes hold on it
+	# (disassociate_ucontext): `rdma link del` completes at once while
+	# rping still runs, every object of those contexts destroyed. The
+	# server sees the device removed (RDMA_CM_EVENT_DEVICE_REMOVAL, EIO
+	# from verbs), the client its connection closed; both end by
+	# themselves.
+	local rc=0
+	bounded 30 rdma link del rs1 || rc=$?
+	[ "$rc" = 0 ] || { stop_rping; fail_because "rdma link del rs1 under traffic: exit $rc (124: still waiting after 30 s)"; return 1; }
+	expect_no_dev rs1 "rs1 still exists after link del" || { stop_rping; return 1; }
+	echo "    rs1 deleted under traffic after $(pings) pings"
+	users_end_by_themselves 30 || return 1
 	no_qps rs2 || return 1
-	echo "    rs1 deleted under traffic; a new rs1 serves verified rping"
+	echo "    a new rs1 serves verified rping"
 	ip netns exec h1 rdma link add rs1 type siw_rs netdev veth1
 	verified_rping 10 1024
 }
@@ -118,35 +119,20 @@ test_83_veth_deleted_under_traffic() {
 	uverbs_pair
 	endless_rping
 	wait_pings 20 120 || return 1
-	local before
-	before=$(pings)
 	# Deleting veth1 deletes its peer veth2 too. siw_rs's netdev notifier
 	# unregisters the ib_device of each on NETDEV_UNREGISTER
-	# (ib_unregister_device_queued). As with `rdma link del` (t-82), the
-	# unregistration waits for the processes holding contexts: siw_rs,
-	# like siw, has no disassociate_ucontext, and ib_uverbs's remove_one
-	# (client removed before the RDMA CM's, so rping never gets a
-	# DEVICE_REMOVAL event) waits for the files to close. The netdevs,
-	# which the ib_devices hold, cannot be freed meanwhile, so
-	# `ip link del` does not return either.
-	ip -n h1 link del veth1 &
-	local dp=$!
-	nap 5
-	# Measured (2026-11-23): both rpings still run and ip link del still
-	# waits. Reported, not required: ending the users' contexts
-	# (disassociate) would be the better behaviour.
-	echo "    veth pair deleted after $before pings: $(pings) pings 5 s later;" \
-		"rping $(kill -0 "$CP" 2>/dev/null && kill -0 "$SP" 2>/dev/null && echo "still holds both devices" || echo ended);" \
-		"ip link del $(kill -0 "$dp" 2>/dev/null && echo waiting || echo done)"
-	! ip -n h1 link show veth1 > /dev/null 2>&1 || fail_because "veth1 is still listed" || return 1
-	# The users go (long before the 120 s after which the waiting
-	# unregistration work would be reported as a hung task); the
-	# deletion of both devices and of the netdevs must then complete.
-	kill_users_then_wait "$dp" "ip link del veth1" || return 1
-	wait_dev_gone rs1 || fail_because "rs1 outlived its netdev" || return 1
-	wait_dev_gone rs2 || fail_because "rs2 outlived its netdev" || return 1
-	! grep -qi 'mismatch' /tmp/client.log || fail_because "rping saw corrupted data" || return 1
-	echo "    rs1 and rs2 gone with their netdevs; new ones serve verified rping"
+	# (ib_unregister_device_queued); the unregistration ends the contexts
+	# rping holds on them (disassociate_ucontext), so the ib_devices let go
+	# of the netdevs and `ip link del` completes while rping still runs.
+	local rc=0
+	bounded 30 ip -n h1 link del veth1 || rc=$?
+	[ "$rc" = 0 ] || { stop_rping; fail_because "ip link del veth1 under traffic: exit $rc (124: still waiting after 30 s)"; return 1; }
+	! ip -n h1 link show veth1 > /dev/null 2>&1 || { stop_rping; fail_because "veth1 is still listed"; return 1; }
+	wait_dev_gone rs1 || { stop_rping; fail_because "rs1 outlived its netdev"; return 1; }
+	wait_dev_gone rs2 || { stop_rping; fail_because "rs2 outlived its netdev"; return 1; }
+	echo "    veth pair deleted under traffic after $(pings) pings; rs1 and rs2 gone"
+	users_end_by_themselves 30 || return 1
+	echo "    new devices on a new veth pair serve verified rping"
 	scripts/topology down
 	uverbs_pair
 	verified_rping 10 1024 || return 1
@@ -157,10 +143,11 @@ test_84_rmmod_under_traffic() {
 	uverbs_pair
 	endless_rping
 	wait_pings 20 120 || return 1
-	# Every open uverbs file pins the module of its device
-	# (ib_uverbs_open takes a reference on ops.owner when the driver has no
-	# disassociate_ucontext), so the module cannot go while rping runs:
-	# the kernel refuses delete_module with EWOULDBLOCK (EAGAIN) and
+	# ib_uverbs pins no module whose driver disassociates contexts, but
+	# each context's doorbell file does (its file operations are the
+	# module's), and every rping holds a context on each device
+	# (librdmacm opens them all). So the module cannot go while rping
+	# runs: the kernel refuses delete_module with EWOULDBLOCK (EAGAIN) and
 	# kmod's rmmod, which checks the reference count first, says so.
 	local refs rc=0 out
 	refs=$(cat /sys/module/siw_rs/refcnt)
