@@ -33,6 +33,74 @@ test_10_load_unload_loop() {
 	echo "    4 rounds of insmod, 2x link add, link del, rmmod"
 }
 
+# The devices moved between network namespaces (`rdma dev set NAME netns
+# NS`, in the RDMA core's exclusive mode, where a device belongs to one
+# namespace). The core unregisters the device and registers it again in
+# the other namespace, and allows that only to a driver that disassociates
+# contexts. Each device is moved from the initial namespace to its
+# netdev's; the pair must then serve verified rping; then rs1 is moved
+# back while a process holds a context on it (doorbell-file live), which
+# ends that context as a deletion would and must not wait for the process.
+# The shared mode the other tests use is restored whatever happened (it
+# can be changed only while no namespace but the initial one exists).
+test_12_devices_moved_between_namespaces() {
+	scripts/topology down
+	rdma system set netns exclusive || fail_because "rdma system set netns exclusive failed" || return 1
+	local rc=0 d ns w=
+	devices_move_between_namespaces || rc=1
+	# The holder's fifo, if a failure left it open (w is set by the
+	# function above, in this scope).
+	if [ -n "$w" ] && [ -e "/dev/fd/$w" ]; then exec {w}>&-; fi
+	for d in rs1 rs2; do
+		for ns in "" h1 h2; do
+			${ns:+ip netns exec $ns} rdma link del "$d" 2>/dev/null || true
+		done
+	done
+	ip netns del siw_rs_init 2>/dev/null || true
+	scripts/topology down
+	rdma system set netns shared || fail_because "rdma system set netns shared failed" || rc=1
+	return $rc
+}
+
+devices_move_between_namespaces() {
+	scripts/topology up
+	load_siw_rs
+	ip netns exec h1 rdma link add rs1 type siw_rs netdev veth1 || return 1
+	ip netns exec h2 rdma link add rs2 type siw_rs netdev veth2 || return 1
+	rdma dev show rs1 > /dev/null 2>&1 || fail_because "exclusive mode: rs1 is not in the initial namespace" || return 1
+	! ip netns exec h1 rdma dev show rs1 > /dev/null 2>&1 || fail_because "exclusive mode: rs1 is visible in h1 before the move" || return 1
+	rdma dev set rs1 netns h1 || fail_because "rdma dev set rs1 netns h1 failed" || return 1
+	rdma dev set rs2 netns h2 || fail_because "rdma dev set rs2 netns h2 failed" || return 1
+	! rdma dev show rs1 > /dev/null 2>&1 || fail_because "rs1 is still in the initial namespace" || return 1
+	ip netns exec h1 rdma dev show rs1 > /dev/null 2>&1 || fail_because "rs1 is not in h1" || return 1
+	ip netns exec h2 rdma dev show rs2 > /dev/null 2>&1 || fail_because "rs2 is not in h2" || return 1
+	echo "    rs1 moved to h1, rs2 to h2; verified rping between them"
+	server_client h1 h2 240 -- "$WP" rping -s -a 10.55.0.1 -C 5 -S 1024 -V \
+		-- "$WP" rping -c -a 10.55.0.1 -C 5 -S 1024 -V || return 1
+
+	ip netns attach siw_rs_init 1 || fail_because "ip netns attach failed" || return 1
+	local fifo=/tmp/db-move.fifo i rc=0
+	rm -f "$fifo"; mkfifo "$fifo"
+	ip netns exec h1 "$WP" build/doorbell-file live rs1 < "$fifo" > /tmp/db-move.log 2>&1 &
+	local holder=$!
+	exec {w}> "$fifo"
+	for ((i = 0; i < 300; i++)); do
+		grep -q '^held' /tmp/db-move.log && break
+		nap 0.1
+	done
+	grep -q '^held' /tmp/db-move.log || fail_because "the holder did not start: $(cat /tmp/db-move.log)" || return 1
+	bounded 30 ip netns exec h1 rdma dev set rs1 netns siw_rs_init || rc=$?
+	[ "$rc" = 0 ] || fail_because "moving rs1 back under a live context: exit $rc (124: still waiting after 30 s)" || return 1
+	rdma dev show rs1 > /dev/null 2>&1 || fail_because "rs1 is not back in the initial namespace" || return 1
+	echo "    rs1 moved back while a process held a context on it"
+	echo go >&$w
+	exec {w}>&-
+	rc=0
+	wait_pid "$holder" 60 || rc=$?
+	sed 's/^/    /' /tmp/db-move.log
+	[ "$rc" = 0 ] && grep -q '^released' /tmp/db-move.log || fail_because "the process after its device moved (exit $rc)"
+}
+
 test_20_gid_guid_and_attrs() {
 	scripts/topology up
 	load_siw_rs
