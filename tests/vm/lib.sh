@@ -256,6 +256,43 @@ kmemleak_check() {
 WP=userspace-provider/with-provider
 wp() { "$WP" "$@"; }
 
+# live_context_across NS DEVICE WHAT CMD...: `doorbell-file live DEVICE`
+# (tests/vm/doorbell-file.c) holds a context with objects on DEVICE, run
+# in namespace NS; once it holds them, CMD (WHAT names it), which takes the
+# device away from the process, must complete within 30 s; the process
+# must then find its context ended (the program's checks) and exit 0.
+live_context_across() {
+	local ns=$1 dev=$2 what=$3
+	shift 3
+	local fifo=/tmp/db-live.fifo log=/tmp/db-live.log i rc=0 w holder
+	rm -f "$fifo"; mkfifo "$fifo"
+	ip netns exec "$ns" "$WP" build/doorbell-file live "$dev" < "$fifo" > "$log" 2>&1 &
+	holder=$!
+	exec {w}> "$fifo"
+	for ((i = 0; i < 300; i++)); do
+		grep -q '^held' "$log" && break
+		nap 0.1
+	done
+	if ! grep -q '^held' "$log"; then
+		exec {w}>&-
+		fail_because "the holder did not start: $(cat "$log")"
+		return 1
+	fi
+	bounded 30 "$@" || rc=$?
+	if [ "$rc" != 0 ]; then
+		exec {w}>&-
+		fail_because "$what under a live context: exit $rc (124: still waiting after 30 s)"
+		return 1
+	fi
+	echo "    $what completed while a process held a context on $dev"
+	echo go >&$w
+	exec {w}>&-
+	rc=0
+	wait_pid "$holder" 60 || rc=$?
+	sed 's/^/    /' "$log"
+	[ "$rc" = 0 ] && grep -q '^released' "$log" || fail_because "the process after $what (exit $rc)"
+}
+
 # log_tail PREFIX FILE N: the last N lines of FILE, each after PREFIX
 # (builtins only: server_client runs it twice per call).
 log_tail() {

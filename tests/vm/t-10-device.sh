@@ -46,11 +46,8 @@ test_10_load_unload_loop() {
 test_12_devices_moved_between_namespaces() {
 	scripts/topology down
 	rdma system set netns exclusive || fail_because "rdma system set netns exclusive failed" || return 1
-	local rc=0 d ns w=
+	local rc=0 d ns
 	devices_move_between_namespaces || rc=1
-	# The holder's fifo, if a failure left it open (w is set by the
-	# function above, in this scope).
-	if [ -n "$w" ] && [ -e "/dev/fd/$w" ]; then exec {w}>&-; fi
 	for d in rs1 rs2; do
 		for ns in "" h1 h2; do
 			${ns:+ip netns exec $ns} rdma link del "$d" 2>/dev/null || true
@@ -79,26 +76,8 @@ devices_move_between_namespaces() {
 		-- "$WP" rping -c -a 10.55.0.1 -C 5 -S 1024 -V || return 1
 
 	ip netns attach siw_rs_init 1 || fail_because "ip netns attach failed" || return 1
-	local fifo=/tmp/db-move.fifo i rc=0
-	rm -f "$fifo"; mkfifo "$fifo"
-	ip netns exec h1 "$WP" build/doorbell-file live rs1 < "$fifo" > /tmp/db-move.log 2>&1 &
-	local holder=$!
-	exec {w}> "$fifo"
-	for ((i = 0; i < 300; i++)); do
-		grep -q '^held' /tmp/db-move.log && break
-		nap 0.1
-	done
-	grep -q '^held' /tmp/db-move.log || fail_because "the holder did not start: $(cat /tmp/db-move.log)" || return 1
-	bounded 30 ip netns exec h1 rdma dev set rs1 netns siw_rs_init || rc=$?
-	[ "$rc" = 0 ] || fail_because "moving rs1 back under a live context: exit $rc (124: still waiting after 30 s)" || return 1
-	rdma dev show rs1 > /dev/null 2>&1 || fail_because "rs1 is not back in the initial namespace" || return 1
-	echo "    rs1 moved back while a process held a context on it"
-	echo go >&$w
-	exec {w}>&-
-	rc=0
-	wait_pid "$holder" 60 || rc=$?
-	sed 's/^/    /' /tmp/db-move.log
-	[ "$rc" = 0 ] && grep -q '^released' /tmp/db-move.log || fail_because "the process after its device moved (exit $rc)"
+	live_context_across h1 rs1 "moving rs1 back" ip netns exec h1 rdma dev set rs1 netns siw_rs_init || return 1
+	rdma dev show rs1 > /dev/null 2>&1 || fail_because "rs1 is not back in the initial namespace"
 }
 
 test_20_gid_guid_and_attrs() {

@@ -362,26 +362,8 @@ test_57_remote_access_violations_are_refused() {
 # destroyable. A new device under the same name then serves verified rping.
 test_52_device_deleted_under_a_process() {
 	uverbs_pair
-	local fifo=/tmp/db-live.fifo i rc=0
-	rm -f "$fifo"; mkfifo "$fifo"
-	wp build/doorbell-file live rs1 < "$fifo" > /tmp/db-live.log 2>&1 &
-	local holder=$!
-	exec {w}> "$fifo"
-	for ((i = 0; i < 300; i++)); do
-		grep -q '^held' /tmp/db-live.log && break
-		nap 0.1
-	done
-	grep -q '^held' /tmp/db-live.log || { exec {w}>&-; fail_because "the holder did not start: $(cat /tmp/db-live.log)"; return 1; }
-	bounded 30 rdma link del rs1 || rc=$?
-	[ "$rc" = 0 ] || { exec {w}>&-; fail_because "rdma link del rs1 under a live context: exit $rc (124: still waiting after 30 s)"; return 1; }
-	expect_no_dev rs1 "rs1 still exists after link del" || { exec {w}>&-; return 1; }
-	echo "    rs1 deleted while the process holds its context"
-	echo go >&$w
-	exec {w}>&-
-	rc=0
-	wait_pid "$holder" 60 || rc=$?
-	sed 's/^/    /' /tmp/db-live.log
-	[ "$rc" = 0 ] && grep -q '^released' /tmp/db-live.log || fail_because "the process after its device went (exit $rc)" || return 1
+	live_context_across h1 rs1 "rdma link del rs1" rdma link del rs1 || return 1
+	expect_no_dev rs1 "rs1 still exists after link del" || return 1
 	ip netns exec h1 rdma link add rs1 type siw_rs netdev veth1
 	verified_rping 5 1024
 }
