@@ -145,9 +145,9 @@ test_84_rmmod_under_traffic() {
 	wait_pings 20 120 || return 1
 	# ib_uverbs pins no module whose driver disassociates contexts, but
 	# each context's doorbell file does (its file operations are the
-	# module's), and every rping holds a context on each device
-	# (librdmacm opens them all). So the module cannot go while rping
-	# runs: the kernel refuses delete_module with EWOULDBLOCK (EAGAIN) and
+	# module's), and each rping holds a context on its device (measured:
+	# 2 references). So the module cannot go while rping runs: the
+	# kernel refuses delete_module with EWOULDBLOCK (EAGAIN) and
 	# kmod's rmmod, which checks the reference count first, says so.
 	local refs rc=0 out
 	refs=$(cat /sys/module/siw_rs/refcnt)
