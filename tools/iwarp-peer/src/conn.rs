@@ -7,6 +7,7 @@
 //! read as the peer's MPA frame are FPDUs: they are handed on in
 //! [`Established::leftover`].
 
+use socket2::{Domain, Protocol, Socket, Type};
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::thread;
@@ -136,10 +137,19 @@ fn resolve(addr: &str) -> Result<Vec<SocketAddr>> {
 
 /// Opens a TCP connection to `addr` (IPv4 or IPv6, `[::1]:port` form for
 /// literals), trying each resolved address for at most `timeout`.
+///
+/// The socket has `SO_REUSEADDR` set, which leaves its local port (an
+/// ephemeral one) open to a bind by a socket that also sets it. The RDMA
+/// CM picks an iWARP connection's local port from the same range without
+/// looking at TCP's ports, and the driver binds its kernel socket there
+/// with `SO_REUSEADDR`: without the option here, a port this tool holds,
+/// or holds in TIME_WAIT, fails such a connection in the same namespace
+/// (`EADDRINUSE`), as it did a well-behaved rping running beside the
+/// fuzzer (test_75). Connections of distinct 4-tuples can share a port.
 pub fn tcp_connect(addr: &str, timeout: Duration) -> Result<TcpStream> {
     let mut last = None;
     for a in resolve(addr)? {
-        match TcpStream::connect_timeout(&a, timeout) {
+        match connect_reusing(&a, timeout) {
             Ok(s) => {
                 prepare(&s, timeout)?;
                 return Ok(s);
@@ -152,6 +162,14 @@ pub fn tcp_connect(addr: &str, timeout: Duration) -> Result<TcpStream> {
         what: format!("connect to {addr}"),
         err,
     })
+}
+
+/// A TCP connection to `a` from a socket with `SO_REUSEADDR` set.
+fn connect_reusing(a: &SocketAddr, timeout: Duration) -> std::io::Result<TcpStream> {
+    let sock = Socket::new(Domain::for_address(*a), Type::STREAM, Some(Protocol::TCP))?;
+    sock.set_reuse_address(true)?;
+    sock.connect_timeout(&(*a).into(), timeout)?;
+    Ok(sock.into())
 }
 
 /// A listening socket whose `accept` honours a timeout.
