@@ -256,28 +256,38 @@ kmemleak_check() {
 WP=userspace-provider/with-provider
 wp() { "$WP" "$@"; }
 
-# live_context_across NS DEVICE WHAT CMD...: `doorbell-file live DEVICE`
-# (tests/vm/doorbell-file.c) holds a context with objects on DEVICE, run
-# in namespace NS; once it holds them, CMD (WHAT names it), which takes the
-# device away from the process, must complete within 30 s; the process
-# must then find its context ended (the program's checks) and exit 0.
-live_context_across() {
-	local ns=$1 dev=$2 what=$3
-	shift 3
-	local fifo=/tmp/db-live.fifo log=/tmp/db-live.log i rc=0 w holder
+# start_holder MODE NS DEVICE LOG: starts `doorbell-file MODE DEVICE`
+# (tests/vm/doorbell-file.c) in namespace NS (none if empty), output in
+# LOG, its stdin a fifo; sets the caller's `holder` (its pid) and `w` (the
+# fifo's write end: a line lets it go on) and waits until it holds its
+# context. If it does not within 30 s, closes the fifo and fails.
+start_holder() {
+	local fifo=/tmp/db-$1.fifo i
 	rm -f "$fifo"; mkfifo "$fifo"
-	ip netns exec "$ns" "$WP" build/doorbell-file live "$dev" < "$fifo" > "$log" 2>&1 &
+	${2:+ip netns exec "$2"} "$WP" build/doorbell-file "$1" "$3" < "$fifo" > "$4" 2>&1 &
 	holder=$!
 	exec {w}> "$fifo"
 	for ((i = 0; i < 300; i++)); do
-		grep -q '^held' "$log" && break
+		grep -q '^held' "$4" && break
 		nap 0.1
 	done
-	if ! grep -q '^held' "$log"; then
+	if ! grep -q '^held' "$4"; then
 		exec {w}>&-
-		fail_because "the holder did not start: $(cat "$log")"
+		fail_because "the holder did not start: $(cat "$4")"
 		return 1
 	fi
+}
+
+# live_context_across NS DEVICE WHAT CMD...: `doorbell-file live DEVICE`
+# holds a context with objects on DEVICE, run in namespace NS; once it
+# holds them, CMD (WHAT names it), which takes the device away from the
+# process, must complete within 30 s; the process must then find its
+# context ended (the program's checks) and exit 0.
+live_context_across() {
+	local ns=$1 dev=$2 what=$3
+	shift 3
+	local log=/tmp/db-live.log rc=0 w holder
+	start_holder live "$ns" "$dev" "$log" || return 1
 	bounded 30 "$@" || rc=$?
 	if [ "$rc" != 0 ]; then
 		exec {w}>&-

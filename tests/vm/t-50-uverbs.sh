@@ -382,17 +382,8 @@ test_53_doorbell_file() {
 	[ "${PIPESTATUS[0]}" = 0 ] || fail_because "doorbell-file check failed" || return 1
 	no_qps rs1 || return 1
 
-	local fifo=/tmp/db-hold.fifo
-	rm -f "$fifo"; mkfifo "$fifo"
-	wp build/doorbell-file hold rs1 < "$fifo" > /tmp/db-hold.log 2>&1 &
-	local holder=$!
-	exec {w}> "$fifo"
-	local i
-	for ((i = 0; i < 300; i++)); do
-		grep -q '^held' /tmp/db-hold.log && break
-		nap 0.1
-	done
-	grep -q '^held' /tmp/db-hold.log || { exec {w}>&-; fail_because "the holder did not start: $(cat /tmp/db-hold.log)"; return 1; }
+	local holder w
+	start_holder hold "" rs1 /tmp/db-hold.log || return 1
 	rdma link del rs1 && rdma link del rs2 || { exec {w}>&-; fail_because "rdma link del with a doorbell file open"; return 1; }
 	wait_dev_gone rs1 || { exec {w}>&-; fail_because "rs1 still there with only a doorbell file open"; return 1; }
 	if rmmod siw_rs 2>/tmp/rmmod.err; then
