@@ -21,7 +21,7 @@ use crate::{
     ib::Device,
     iw::{CmEvent, CmEventKind, CmId, ConnParam},
     iwarp::mpa::{CrcPolicy, EnhancedConfig, RES_LARGE_FPDUS, Event, Handshake, MpaConfig, Negotiated, FRAME_HEADER_LEN, MAX_FRAME_LEN},
-    mpa_settings::{MpaKnobs, MpaSettings},
+    settings::{Knobs, MpaSettings},
     limits::{MAX_IRD, MAX_ORD},
     net::{ffi_err, Net, SockAddr, SockHandler, SockRef, Socket},
     qp,
@@ -115,7 +115,7 @@ pub(crate) fn connect(dev: &Device<SiwRs>, id: CmId, qp: &Qp<SiwRs>, p: &ConnPar
     let mut pd = KVec::new();
     pd.extend_from_slice(p.private_data, GFP_KERNEL)?;
     let (ird, ord) = (p.ird, p.ord);
-    let mpa = dev.data().mpa_knobs().get();
+    let mpa = dev.data().knobs().get();
     let qpp = crate::conn::QpPtr::new(qp);
     // The QP stays alive: the CM holds a reference (`iw_add_ref`) until
     // the CONNECT_REPLY is delivered.
@@ -195,7 +195,7 @@ pub(crate) struct Listener {
     pending: AtomicU32,
     max_pending: u32,
     /// The device's MPA settings, read at each handshake.
-    mpa: Arc<MpaKnobs>,
+    mpa: Arc<Knobs>,
     /// The device's reported connection requests.
     requests: Arc<Mutex<Requests>>,
     #[pin]
@@ -442,7 +442,7 @@ pub(crate) fn create_listen(dev: &Device<SiwRs>, id: CmId, backlog: i32) -> Resu
             stopped: AtomicBool::new(false),
             pending: AtomicU32::new(0),
             max_pending: u32::try_from(backlog.clamp(1, MAX_PENDING_HANDSHAKES)).unwrap_or(1),
-            mpa: dev.data().mpa_knobs().clone(),
+            mpa: dev.data().knobs().clone(),
             requests: dev.data().requests().clone(),
             attached <- new_mutex!(None),
             accept_work <- workqueue::new_work!("siw_rs_listener_accept"),

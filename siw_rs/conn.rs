@@ -42,7 +42,7 @@ use crate::{
     },
     kmem,
     mem::{self, AccessError, Mem},
-    mpa_settings::MpaKnobs,
+    settings::Knobs,
     net::{self, Attached, SockHandler, SockRef, Socket, ZcPart},
     qp::{self, AtomicJob, Inbound, Job, ReadJob, RecvKind, RecvWqe, SendWqe, WqeOp},
     verbs::{Access, AsyncEvent, Qp, Sge, WcStatus},
@@ -218,7 +218,7 @@ pub(crate) struct ZcTrack {
     /// lock is held while a consumer's completion handler runs.
     users: AtomicU32,
     /// The device's settings and its count of zero-copy sends.
-    knobs: Arc<MpaKnobs>,
+    knobs: Arc<Knobs>,
 }
 
 /// How long a teardown waits for zero-copy sends' releases, in ms.
@@ -692,7 +692,7 @@ impl Conn {
         let stage = KBox::new([0u8; STAGE], GFP_KERNEL)?;
         let (local, remote) = (sock.local_addr(), sock.peer_addr());
         let zc = Arc::new(
-            ZcTrack { qp: QpPtr::new(qp), users: AtomicU32::new(0), knobs: qp.device().data().mpa_knobs().clone() },
+            ZcTrack { qp: QpPtr::new(qp), users: AtomicU32::new(0), knobs: qp.device().data().knobs().clone() },
             GFP_KERNEL,
         )?;
         let conn = Arc::pin_init(

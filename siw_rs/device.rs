@@ -30,7 +30,7 @@ use kernel::{
     sync::{Arc, Mutex},
 };
 
-use crate::mpa_settings::MpaKnobs;
+use crate::settings::Knobs;
 
 /// The siw_rs driver.
 pub(crate) struct SiwRs;
@@ -54,8 +54,9 @@ pub(crate) struct DeviceData {
     qps: Arc<IrqSpinLock<QpTable>>,
     /// Listening endpoints.
     listeners: Arc<Mutex<KVec<Option<Arc<Listener>>>>>,
-    /// MPA settings (sysfs), shared with the listeners.
-    mpa: Arc<MpaKnobs>,
+    /// Settings (sysfs: MPA, zero-copy), shared with the listeners and
+    /// connections.
+    knobs: Arc<Knobs>,
     /// Connection requests reported to the CM and not yet answered, shared
     /// with the listeners; whatever is left goes with the device.
     requests: Arc<Mutex<cm::Requests>>,
@@ -68,9 +69,9 @@ impl DeviceData {
         Net::of(&nd).ok_or(ENODEV)
     }
 
-    /// The device's MPA settings.
-    pub(crate) fn mpa_knobs(&self) -> &Arc<MpaKnobs> {
-        &self.mpa
+    /// The device's settings.
+    pub(crate) fn knobs(&self) -> &Arc<Knobs> {
+        &self.knobs
     }
 
     /// The device's unanswered connection requests.
@@ -175,7 +176,7 @@ fn create(name: &CStr, netdev: &NetDevice, key: usize) -> Result {
         counts: Counts::default(),
         qps: Arc::pin_init(new_irq_spinlock!(QpTable::new()?, "siw_rs_qpn"), GFP_KERNEL)?,
         listeners: Arc::pin_init(new_mutex!(KVec::new()), GFP_KERNEL)?,
-        mpa: Arc::new(MpaKnobs::new(netdev.has_parent()), GFP_KERNEL)?,
+        knobs: Arc::new(Knobs::new(netdev.has_parent()), GFP_KERNEL)?,
         requests: Arc::pin_init(new_mutex!(cm::Requests::new()), GFP_KERNEL)?,
     };
 

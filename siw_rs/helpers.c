@@ -281,39 +281,42 @@ static ssize_t siw_rs_abi_show(struct device *dev, struct device_attribute *attr
 }
 static DEVICE_ATTR_RO(siw_rs_abi);
 
-/* Per-device MPA settings: 0 or 1, read by every new connection. */
-static ssize_t mpa_show(struct device *dev, char *buf, int which)
+/*
+ * Per-device settings, 0 or 1: the MPA ones are read by every new
+ * connection, zcopy by every large message.
+ */
+static ssize_t setting_show(struct device *dev, char *buf, int which)
 {
-	int v = siw_rs_mpa_attr_get(rdma_device_to_ibdev(dev), which);
+	int v = siw_rs_setting_get(rdma_device_to_ibdev(dev), which);
 
 	return v < 0 ? v : sysfs_emit(buf, "%d\n", v);
 }
 
-static ssize_t mpa_store(struct device *dev, const char *buf, size_t count, int which)
+static ssize_t setting_store(struct device *dev, const char *buf, size_t count, int which)
 {
 	int v, err = kstrtoint(buf, 0, &v);
 
 	if (!err)
-		err = siw_rs_mpa_attr_set(rdma_device_to_ibdev(dev), which, v);
+		err = siw_rs_setting_set(rdma_device_to_ibdev(dev), which, v);
 	return err ? err : count;
 }
 
-#define SIW_RS_MPA_ATTR(name, which)							\
+#define SIW_RS_SETTING_ATTR(name, which)						\
 	static ssize_t name##_show(struct device *dev, struct device_attribute *attr,	\
 				   char *buf)						\
 	{										\
-		return mpa_show(dev, buf, which);					\
+		return setting_show(dev, buf, which);					\
 	}										\
 	static ssize_t name##_store(struct device *dev, struct device_attribute *attr,	\
 				    const char *buf, size_t count)			\
 	{										\
-		return mpa_store(dev, buf, count, which);				\
+		return setting_store(dev, buf, count, which);				\
 	}										\
 	static DEVICE_ATTR_RW(name)
 
-SIW_RS_MPA_ATTR(mpa_crc, SIW_RS_MPA_ATTR_CRC);
-SIW_RS_MPA_ATTR(mpa_markers, SIW_RS_MPA_ATTR_MARKERS);
-SIW_RS_MPA_ATTR(zcopy, SIW_RS_MPA_ATTR_ZCOPY);
+SIW_RS_SETTING_ATTR(mpa_crc, SIW_RS_SETTING_CRC);
+SIW_RS_SETTING_ATTR(mpa_markers, SIW_RS_SETTING_MARKERS);
+SIW_RS_SETTING_ATTR(zcopy, SIW_RS_SETTING_ZCOPY);
 
 static ssize_t zcopy_sends_show(struct device *dev, struct device_attribute *attr, char *buf)
 {

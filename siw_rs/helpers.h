@@ -122,14 +122,15 @@ void siw_rs_h_sleep_us(unsigned int us);
 void siw_rs_h_registry_lock(void);
 void siw_rs_h_registry_unlock(void);
 
-/* Per-device MPA settings in sysfs (mpa_settings.rs implements them). */
-enum siw_rs_mpa_attr {
-	SIW_RS_MPA_ATTR_CRC = 0,
-	SIW_RS_MPA_ATTR_MARKERS = 1,
-	SIW_RS_MPA_ATTR_ZCOPY = 2,
+/* Per-device settings in sysfs, the MPA ones and zero-copy transmit
+ * (settings.rs implements them). */
+enum siw_rs_setting {
+	SIW_RS_SETTING_CRC = 0,
+	SIW_RS_SETTING_MARKERS = 1,
+	SIW_RS_SETTING_ZCOPY = 2,
 };
-int siw_rs_mpa_attr_get(struct ib_device *ib, int which);
-int siw_rs_mpa_attr_set(struct ib_device *ib, int which, int value);
+int siw_rs_setting_get(struct ib_device *ib, int which);
+int siw_rs_setting_set(struct ib_device *ib, int which, int value);
 /* Messages the device has sent zero-copy (read-only sysfs counter). */
 u64 siw_rs_zcopy_sends(struct ib_device *ib);
 

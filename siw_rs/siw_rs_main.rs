@@ -29,7 +29,7 @@ mod kmem;
 mod limits;
 mod link;
 mod mem;
-mod mpa_settings;
+mod settings;
 mod net;
 mod netdev;
 mod qp;

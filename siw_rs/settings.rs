@@ -37,20 +37,20 @@ use kernel::prelude::*;
 
 /// The settings of one device, shared with its listeners and
 /// connections.
-pub(crate) struct MpaKnobs {
+pub(crate) struct Knobs {
     crc: AtomicBool,
     markers: AtomicBool,
-    /// Large Sends and RDMA Writes from a process's memory go to the
-    /// socket by reference ([`crate::zcopy`]).
+    /// Large Sends, RDMA Writes and Read Responses from registered memory
+    /// go to the socket by reference ([`crate::zcopy`]).
     zcopy: AtomicBool,
     /// Messages sent that way.
     zcopy_sends: AtomicU64,
 }
 
-impl MpaKnobs {
+impl Knobs {
     /// The defaults; `zcopy` as given (see the module's documentation).
     pub(crate) fn new(zcopy: bool) -> Self {
-        MpaKnobs {
+        Knobs {
             crc: AtomicBool::new(false),
             markers: AtomicBool::new(false),
             zcopy: AtomicBool::new(zcopy),
@@ -68,7 +68,7 @@ pub(crate) struct MpaSettings {
     pub(crate) markers: bool,
 }
 
-impl MpaKnobs {
+impl Knobs {
     pub(crate) fn get(&self) -> MpaSettings {
         MpaSettings { crc: self.crc.load(Ordering::Relaxed), markers: self.markers.load(Ordering::Relaxed) }
     }
@@ -84,12 +84,12 @@ impl MpaKnobs {
     }
 }
 
-/// Which setting a sysfs file holds (`enum siw_rs_mpa_attr` in helpers.h).
-fn knob(knobs: &MpaKnobs, which: c_int) -> Option<&AtomicBool> {
+/// Which setting a sysfs file holds (`enum siw_rs_setting` in helpers.h).
+fn knob(knobs: &Knobs, which: c_int) -> Option<&AtomicBool> {
     match u32::try_from(which).ok()? {
-        ffi::SIW_RS_MPA_ATTR_CRC => Some(&knobs.crc),
-        ffi::SIW_RS_MPA_ATTR_MARKERS => Some(&knobs.markers),
-        ffi::SIW_RS_MPA_ATTR_ZCOPY => Some(&knobs.zcopy),
+        ffi::SIW_RS_SETTING_CRC => Some(&knobs.crc),
+        ffi::SIW_RS_SETTING_MARKERS => Some(&knobs.markers),
+        ffi::SIW_RS_SETTING_ZCOPY => Some(&knobs.zcopy),
         _ => None,
     }
 }
@@ -102,10 +102,10 @@ fn knob(knobs: &MpaKnobs, which: c_int) -> Option<&AtomicBool> {
 /// attached to siw_rs devices, and sysfs calls show only while the
 /// attribute exists, i.e. while the device is registered).
 #[no_mangle]
-pub(crate) unsafe extern "C" fn siw_rs_mpa_attr_get(ib: *mut ffi::ib_device, which: c_int) -> c_int {
+pub(crate) unsafe extern "C" fn siw_rs_setting_get(ib: *mut ffi::ib_device, which: c_int) -> c_int {
     // SAFETY: by the requirements.
     let dev = unsafe { Device::<SiwRs>::from_raw(ib) };
-    match knob(dev.data().mpa_knobs(), which) {
+    match knob(dev.data().knobs(), which) {
         Some(k) => c_int::from(k.load(Ordering::Relaxed)),
         None => EINVAL.to_errno(),
     }
@@ -115,12 +115,12 @@ pub(crate) unsafe extern "C" fn siw_rs_mpa_attr_get(ib: *mut ffi::ib_device, whi
 ///
 /// # Safety
 ///
-/// As for [`siw_rs_mpa_attr_get`].
+/// As for [`siw_rs_setting_get`].
 #[no_mangle]
-pub(crate) unsafe extern "C" fn siw_rs_mpa_attr_set(ib: *mut ffi::ib_device, which: c_int, value: c_int) -> c_int {
+pub(crate) unsafe extern "C" fn siw_rs_setting_set(ib: *mut ffi::ib_device, which: c_int, value: c_int) -> c_int {
     // SAFETY: by the requirements.
     let dev = unsafe { Device::<SiwRs>::from_raw(ib) };
-    match (knob(dev.data().mpa_knobs(), which), value) {
+    match (knob(dev.data().knobs(), which), value) {
         (Some(k), 0 | 1) => {
             k.store(value == 1, Ordering::Relaxed);
             0
@@ -133,10 +133,10 @@ pub(crate) unsafe extern "C" fn siw_rs_mpa_attr_set(ib: *mut ffi::ib_device, whi
 ///
 /// # Safety
 ///
-/// As for [`siw_rs_mpa_attr_get`].
+/// As for [`siw_rs_setting_get`].
 #[no_mangle]
 pub(crate) unsafe extern "C" fn siw_rs_zcopy_sends(ib: *mut ffi::ib_device) -> u64 {
     // SAFETY: by the requirements.
     let dev = unsafe { Device::<SiwRs>::from_raw(ib) };
-    dev.data().mpa_knobs().zcopy_sends.load(Ordering::Relaxed)
+    dev.data().knobs().zcopy_sends.load(Ordering::Relaxed)
 }
