@@ -206,14 +206,6 @@ static int post_send(struct ibv_qp *qp, struct ibv_send_wr *wr)
 	return ibv_post_send(qp, wr, &badwr);
 }
 
-static int post_recv(struct ibv_qp *qp, void *buf, uint32_t len, uint32_t lkey, uint64_t id)
-{
-	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = len, .lkey = lkey };
-	struct ibv_recv_wr wr = { .wr_id = id, .sg_list = &sge, .num_sge = 1 }, *badwr;
-
-	return ibv_post_recv(qp, &wr, &badwr);
-}
-
 /* A signalled Send of *m; its completion must be a success. */
 static int send_msg(struct rdma_cm_id *id, struct msg *m, uint32_t lkey)
 {

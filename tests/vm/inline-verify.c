@@ -41,10 +41,9 @@
 #include <string.h>
 
 #include <infiniband/verbs.h>
-#include <rdma/rdma_cma.h>
 
 #define VMTEST_NAME "inline-verify"
-#include "vmtest.h"
+#include "vmtest-cm.h"
 
 #define N_SEND 600
 #define N_WRITE 64
@@ -64,10 +63,6 @@ static uint8_t *sink;
 static struct ibv_mr *sink_mr;
 #define SGE_BUF_LEN (MAX_INLINE + 1)
 
-struct keys {
-	uint64_t addr;
-	uint32_t rkey;
-};
 
 static uint8_t pattern(int msg, int i)
 {
@@ -112,49 +107,28 @@ static int run_server(struct rdma_addrinfo *res)
 	struct rdma_cm_id *listen_id, *id;
 	uint8_t *rbuf = aligned_alloc(4096, (size_t)N_RECV * SLOT);
 	uint8_t *target = aligned_alloc(4096, (size_t)N_WRITE * SLOT);
-	struct keys *keys = aligned_alloc(64, 64);
+	struct target_key *keys = aligned_alloc(64, 64);
 	struct ibv_mr *rmr, *tmr, *kmr;
 	struct ibv_wc wc;
-	int i, rc;
+	int i;
 
 	if (!rbuf || !target || !keys)
 		return fail("aligned_alloc");
 	memset(rbuf, 0xa5, (size_t)N_RECV * SLOT);
 	memset(target, 0, (size_t)N_WRITE * SLOT);
-	if (rdma_create_ep(&listen_id, res, NULL, &attr))
-		return fail("rdma_create_ep");
-	if (rdma_listen(listen_id, 1))
-		return fail("rdma_listen");
-	if (rdma_get_request(listen_id, &id))
-		return fail("rdma_get_request");
+	if (cm_first_request(res, &attr, &listen_id, &id))
+		return 1;
 	rmr = ibv_reg_mr(id->pd, rbuf, (size_t)N_RECV * SLOT, IBV_ACCESS_LOCAL_WRITE);
 	tmr = ibv_reg_mr(id->pd, target, (size_t)N_WRITE * SLOT,
 			 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
 	kmr = ibv_reg_mr(id->pd, keys, 64, IBV_ACCESS_LOCAL_WRITE);
 	if (!rmr || !tmr || !kmr)
 		return fail("ibv_reg_mr");
-	for (i = 0; i < N_RECV; i++) {
-		struct ibv_sge sge = { .addr = (uintptr_t)(rbuf + (size_t)i * SLOT), .length = SLOT,
-				       .lkey = rmr->lkey };
-		struct ibv_recv_wr wr = { .wr_id = i, .sg_list = &sge, .num_sge = 1 }, *badwr;
-
-		if (ibv_post_recv(id->qp, &wr, &badwr))
+	for (i = 0; i < N_RECV; i++)
+		if (post_recv(id->qp, rbuf + (size_t)i * SLOT, SLOT, rmr->lkey, i))
 			return fail("ibv_post_recv");
-	}
-	{
-		/* Reads from the client are answered one at a time. */
-		struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1 };
-
-		if (rdma_accept(id, &cp))
-			return fail("rdma_accept");
-	}
-	keys->addr = (uintptr_t)target;
-	keys->rkey = tmr->rkey;
-	rc = send_and_wait(id->qp, id->send_cq, keys, sizeof(*keys), kmr->lkey);
-	if (rc < 0)
-		return fail("ibv_post_send keys");
-	if (rc)
-		return bad("keys send: %s", ibv_wc_status_str(rc));
+	if (cm_accept_sending_key(id, keys, target, tmr->rkey, kmr->lkey))
+		return 1;
 
 	for (i = 0; i < N_SEND; i++) {
 		const uint8_t *p = rbuf + (size_t)i * SLOT;
@@ -303,7 +277,7 @@ static int post_one(struct sq *sq, enum ibv_wr_opcode op, int msg, int len, uint
  * first reaping a completion if the queue is full. The Reads start on an
  * empty queue at wr_id `base`; every SIGNAL_EVERY-th from there is
  * signalled, as reap() expects. */
-static int post_read(struct sq *sq, int i, struct keys *keys, int base)
+static int post_read(struct sq *sq, int i, struct target_key *keys, int base)
 {
 	struct ibv_sge sge = { .addr = (uintptr_t)(sink + (size_t)i * SLOT), .length = write_len(i),
 			       .lkey = sink_mr->lkey };
@@ -333,7 +307,7 @@ static int run_client(struct rdma_addrinfo *res)
 			 .max_recv_sge = 1, .max_inline_data = MAX_INLINE },
 		.sq_sig_all = 0,
 	};
-	struct keys *keys = aligned_alloc(64, 64);
+	struct target_key *keys = aligned_alloc(64, 64);
 	struct ibv_qp_init_attr got;
 	struct ibv_qp_attr qattr;
 	struct ibv_mr *kmr;
@@ -367,13 +341,8 @@ static int run_client(struct rdma_addrinfo *res)
 		if (!sink_mr)
 			return fail("ibv_reg_mr");
 	}
-	{
-		struct ibv_sge sge = { .addr = (uintptr_t)keys, .length = 64, .lkey = kmr->lkey };
-		struct ibv_recv_wr wr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1 }, *badwr;
-
-		if (ibv_post_recv(sq.id->qp, &wr, &badwr))
-			return fail("ibv_post_recv");
-	}
+	if (post_recv(sq.id->qp, keys, 64, kmr->lkey, 1))
+		return fail("ibv_post_recv");
 	{
 		/* An ORD of 1: the Reads of client-sge wait their turn. */
 		struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1 };
@@ -451,19 +420,10 @@ static int run_client(struct rdma_addrinfo *res)
 
 int main(int argc, char **argv)
 {
-	struct rdma_addrinfo hints = { .ai_port_space = RDMA_PS_TCP }, *res;
-	int server;
+	static const char *const roles[] = { "server", "client", "client-sge", NULL };
+	struct rdma_addrinfo *res;
+	int role = cm_args(argc, argv, roles, &res);
 
-	if (argc != 4 || (strcmp(argv[1], "server") && strcmp(argv[1], "client") &&
-			  strcmp(argv[1], "client-sge"))) {
-		fprintf(stderr, "usage: inline-verify server|client|client-sge ADDR PORT\n");
-		return 2;
-	}
-	server = !strcmp(argv[1], "server");
-	registered = !strcmp(argv[1], "client-sge");
-	if (server)
-		hints.ai_flags = RAI_PASSIVE;
-	if (rdma_getaddrinfo(argv[2], argv[3], &hints, &res))
-		return fail("rdma_getaddrinfo");
-	return server ? run_server(res) : run_client(res);
+	registered = role == 2;
+	return role == 0 ? run_server(res) : run_client(res);
 }

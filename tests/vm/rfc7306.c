@@ -35,10 +35,9 @@
 #include <unistd.h>
 
 #include <infiniband/verbs.h>
-#include <rdma/rdma_cma.h>
 
 #define VMTEST_NAME "rfc7306"
-#include "vmtest.h"
+#include "vmtest-cm.h"
 
 #define N_ADD 50
 #define N_IMM 20
@@ -95,12 +94,8 @@ static int run_server(struct rdma_addrinfo *res)
 	memset(t, 0, sizeof(*t));
 	t->cas = CAS_INITIAL;
 	*noatomic = NO_ATOMIC_WORD;
-	if (rdma_create_ep(&listen_id, res, NULL, &attr))
-		return fail("rdma_create_ep");
-	if (rdma_listen(listen_id, 1))
-		return fail("rdma_listen");
-	if (rdma_get_request(listen_id, &id))
-		return fail("rdma_get_request");
+	if (cm_first_request(res, &attr, &listen_id, &id))
+		return 1;
 	tmr = ibv_reg_mr(id->pd, t, sizeof(*t), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
 			 IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
 	nmr = ibv_reg_mr(id->pd, noatomic, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
@@ -109,13 +104,9 @@ static int run_server(struct rdma_addrinfo *res)
 	if (!tmr || !nmr || !kmr)
 		return fail("ibv_reg_mr");
 	/* One receive per Immediate Data message, one for "done". */
-	for (i = 0; i < N_IMM + 1; i++) {
-		struct ibv_sge sge = { .addr = (uintptr_t)&keys, .length = sizeof(keys), .lkey = kmr->lkey };
-		struct ibv_recv_wr wr = { .wr_id = i, .sg_list = &sge, .num_sge = 1 }, *badwr;
-
-		if (ibv_post_recv(id->qp, &wr, &badwr))
+	for (i = 0; i < N_IMM + 1; i++)
+		if (post_recv(id->qp, &keys, sizeof(keys), kmr->lkey, i))
 			return fail("ibv_post_recv");
-	}
 	if (rdma_accept(id, NULL))
 		return fail("rdma_accept");
 
@@ -245,13 +236,8 @@ static int run_client(struct rdma_addrinfo *res)
 	smr = ibv_reg_mr(id->pd, src, N_IMM * SLOT, IBV_ACCESS_LOCAL_WRITE);
 	if (!kmr || !rmr || !smr)
 		return fail("ibv_reg_mr");
-	{
-		struct ibv_sge sge = { .addr = (uintptr_t)&keys, .length = sizeof(keys), .lkey = kmr->lkey };
-		struct ibv_recv_wr wr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1 }, *badwr;
-
-		if (ibv_post_recv(id->qp, &wr, &badwr))
-			return fail("ibv_post_recv");
-	}
+	if (post_recv(id->qp, &keys, sizeof(keys), kmr->lkey, 1))
+		return fail("ibv_post_recv");
 	if (rdma_connect(id, NULL))
 		return fail("rdma_connect");
 	if (wait_wc(id->recv_cq, &wc) || wc.status != IBV_WC_SUCCESS)
@@ -358,19 +344,11 @@ static int run_client(struct rdma_addrinfo *res)
 
 int main(int argc, char **argv)
 {
-	struct rdma_addrinfo hints = { .ai_port_space = RDMA_PS_TCP }, *res;
-	int server, rc;
+	static const char *const roles[] = { "server", "client", NULL };
+	struct rdma_addrinfo *res;
+	int rc;
 
-	if (argc != 4 || (strcmp(argv[1], "server") && strcmp(argv[1], "client"))) {
-		fprintf(stderr, "usage: rfc7306 server|client ADDR PORT\n");
-		return 2;
-	}
-	server = !strcmp(argv[1], "server");
-	if (server)
-		hints.ai_flags = RAI_PASSIVE;
-	if (rdma_getaddrinfo(argv[2], argv[3], &hints, &res))
-		return fail("rdma_getaddrinfo");
-	rc = server ? run_server(res) : run_client(res);
+	rc = cm_args(argc, argv, roles, &res) == 0 ? run_server(res) : run_client(res);
 	rdma_freeaddrinfo(res);
 	if (!rc)
 		printf("rfc7306: %s: all checks passed\n", argv[1]);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /* Pieces shared by the VM tests' verbs programs (rfc7306.c, access.c,
- * inline-verify.c, doorbell-file.c, uverbs-fuzz.c). */
+ * inline-verify.c, zcopy-verify.c, doorbell-file.c, uverbs-fuzz.c);
+ * vmtest-cm.h adds the RDMA CM's. */
 #ifndef SIW_RS_VMTEST_H
 #define SIW_RS_VMTEST_H
 
@@ -105,6 +106,16 @@ static inline int wait_wc(struct ibv_cq *cq, struct ibv_wc *wc)
 	}
 	errno = ETIMEDOUT;
 	return -1;
+}
+
+/* Posts one receive of len octets at buf (region lkey) as work request id:
+ * ibv_post_recv's result. */
+static inline int post_recv(struct ibv_qp *qp, void *buf, uint32_t len, uint32_t lkey, uint64_t id)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = len, .lkey = lkey };
+	struct ibv_recv_wr wr = { .wr_id = id, .sg_list = &sge, .num_sge = 1 }, *badwr;
+
+	return ibv_post_recv(qp, &wr, &badwr);
 }
 
 /* Sends len octets at addr (region lkey) as one signalled Send and waits

@@ -40,10 +40,9 @@
 #include <string.h>
 
 #include <infiniband/verbs.h>
-#include <rdma/rdma_cma.h>
 
 #define VMTEST_NAME "zcopy-verify"
-#include "vmtest.h"
+#include "vmtest-cm.h"
 
 #define N_SEND 48
 #define N_WRITE 24
@@ -56,10 +55,6 @@
 #define GUARD 64
 #define FILL 0xa5
 
-struct keys {
-	uint64_t addr;
-	uint32_t rkey;
-};
 
 static uint8_t pattern(int msg, size_t i)
 {
@@ -117,7 +112,7 @@ static int run_server(struct rdma_addrinfo *res)
 	size_t rlen = area_off(N_SEND) + 8192, tlen = area_off(N_WRITE);
 	uint8_t *rbuf = aligned_alloc(4096, rlen);
 	uint8_t *target = aligned_alloc(4096, tlen);
-	struct keys *keys = aligned_alloc(64, 64);
+	struct target_key *keys = aligned_alloc(64, 64);
 	struct rdma_cm_id *listen_id, *id;
 	struct ibv_mr *rmr, *tmr, *kmr;
 	struct ibv_wc wc;
@@ -127,12 +122,8 @@ static int run_server(struct rdma_addrinfo *res)
 		return fail("aligned_alloc");
 	memset(rbuf, FILL, rlen);
 	memset(target, FILL, tlen);
-	if (rdma_create_ep(&listen_id, res, NULL, &attr))
-		return fail("rdma_create_ep");
-	if (rdma_listen(listen_id, 1))
-		return fail("rdma_listen");
-	if (rdma_get_request(listen_id, &id))
-		return fail("rdma_get_request");
+	if (cm_first_request(res, &attr, &listen_id, &id))
+		return 1;
 	rmr = ibv_reg_mr(id->pd, rbuf, rlen, IBV_ACCESS_LOCAL_WRITE);
 	tmr = ibv_reg_mr(id->pd, target, tlen,
 			 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
@@ -144,26 +135,12 @@ static int run_server(struct rdma_addrinfo *res)
 		 * last two ("done", "read"), which have room to spare. */
 		size_t len = i < N_SEND ? msg_len(i) : 64;
 		size_t at = i <= N_SEND ? area_off(i) : area_off(N_SEND) + 4096;
-		struct ibv_sge sge = { .addr = (uintptr_t)(rbuf + at), .length = (uint32_t)len,
-				       .lkey = rmr->lkey };
-		struct ibv_recv_wr wr = { .wr_id = i, .sg_list = &sge, .num_sge = 1 }, *badwr;
 
-		if (ibv_post_recv(id->qp, &wr, &badwr))
+		if (post_recv(id->qp, rbuf + at, (uint32_t)len, rmr->lkey, i))
 			return fail("ibv_post_recv");
 	}
-	{
-		struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1 };
-
-		if (rdma_accept(id, &cp))
-			return fail("rdma_accept");
-	}
-	keys->addr = (uintptr_t)target;
-	keys->rkey = tmr->rkey;
-	rc = send_and_wait(id->qp, id->send_cq, keys, sizeof(*keys), kmr->lkey);
-	if (rc < 0)
-		return fail("ibv_post_send keys");
-	if (rc)
-		return bad("keys send: %s", ibv_wc_status_str(rc));
+	if (cm_accept_sending_key(id, keys, target, tmr->rkey, kmr->lkey))
+		return 1;
 
 	for (i = 0; i < N_SEND; i++) {
 		if (wait_wc(id->recv_cq, &wc))
@@ -288,7 +265,7 @@ static int run_client(struct rdma_addrinfo *res)
 			 .max_inline_data = 16 },
 		.sq_sig_all = 0,
 	};
-	struct keys *keys = aligned_alloc(64, 64);
+	struct target_key *keys = aligned_alloc(64, 64);
 	struct ibv_mr *kmr;
 	struct ibv_wc wc;
 	int i, large = 0;
@@ -305,13 +282,8 @@ static int run_client(struct rdma_addrinfo *res)
 	slots_mr = ibv_reg_mr(cid->pd, slots, (size_t)SQ_DEPTH * SLOT, IBV_ACCESS_LOCAL_WRITE);
 	if (!kmr || !slots_mr)
 		return fail("ibv_reg_mr");
-	{
-		struct ibv_sge sge = { .addr = (uintptr_t)keys, .length = 64, .lkey = kmr->lkey };
-		struct ibv_recv_wr wr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1 }, *badwr;
-
-		if (ibv_post_recv(cid->qp, &wr, &badwr))
-			return fail("ibv_post_recv");
-	}
+	if (post_recv(cid->qp, keys, 64, kmr->lkey, 1))
+		return fail("ibv_post_recv");
 	{
 		struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1 };
 
@@ -410,17 +382,8 @@ static int run_client(struct rdma_addrinfo *res)
 
 int main(int argc, char **argv)
 {
-	struct rdma_addrinfo hints = { .ai_port_space = RDMA_PS_TCP }, *res;
-	int server;
+	static const char *const roles[] = { "server", "client", NULL };
+	struct rdma_addrinfo *res;
 
-	if (argc != 4 || (strcmp(argv[1], "server") && strcmp(argv[1], "client"))) {
-		fprintf(stderr, "usage: zcopy-verify server|client ADDR PORT\n");
-		return 2;
-	}
-	server = !strcmp(argv[1], "server");
-	if (server)
-		hints.ai_flags = RAI_PASSIVE;
-	if (rdma_getaddrinfo(argv[2], argv[3], &hints, &res))
-		return fail("rdma_getaddrinfo");
-	return server ? run_server(res) : run_client(res);
+	return cm_args(argc, argv, roles, &res) == 0 ? run_server(res) : run_client(res);
 }
