@@ -152,6 +152,7 @@ fn active(net: Net, id: &CmId, qp: &Qp<SiwRs>, mpa: MpaSettings, ird: u32, ord: 
     let local = id.local_addr();
     let sock = Socket::new(net, remote.family()).map_err(fail)?;
     sock.set_timeouts(MPA_TIMEOUT_MS, MPA_TIMEOUT_MS);
+    v6only_if_asked(&sock, id, remote.family()).map_err(fail)?;
     if local.port() != 0 {
         sock.bind(&local).map_err(fail)?;
     }
@@ -420,11 +421,24 @@ fn take_request(dev: &Device<SiwRs>, id: &CmId) -> Result<Request> {
     dev.data().requests().lock().take(key).ok_or_else(ECONNABORTED_ERR)
 }
 
+/// Sets `IPV6_V6ONLY` on an IPv6 socket whose CM id is `afonly`
+/// (`rdma_set_afonly`, which the RDMA CM passes on): without it a wildcard
+/// IPv6 listener would take the IPv4 port too, and a consumer that listens
+/// on both families on one port, as the NFS server's RDMA transport does,
+/// would get `EADDRINUSE` for the second.
+fn v6only_if_asked(sock: &Socket, id: &CmId, family: u32) -> Result {
+    if family == crate::ffi::AF_INET6 && id.afonly() {
+        sock.set_v6only()?;
+    }
+    Ok(())
+}
+
 /// `iw_create_listen`.
 pub(crate) fn create_listen(dev: &Device<SiwRs>, id: CmId, backlog: i32) -> Result<Arc<Listener>> {
     let net = dev.data().net(dev)?;
     let addr = id.local_addr();
     let sock = Socket::new(net, addr.family())?;
+    v6only_if_asked(&sock, &id, addr.family())?;
     if addr.is_wildcard() {
         // The RDMA CM asks every device to listen on a wildcard address:
         // each takes only its own interface's connections, so the

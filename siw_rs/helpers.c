@@ -14,6 +14,7 @@
 #include <linux/ratelimit.h>
 #include <linux/spinlock.h>
 #include <net/addrconf.h>
+#include <net/ipv6.h>
 #include <net/sock.h>
 #include <net/tcp.h>
 #include <linux/sysfs.h>
@@ -258,6 +259,15 @@ long siw_rs_h_msecs_to_jiffies(unsigned int ms)
 void siw_rs_h_sk_set_reuseaddr(struct sock *sk)
 {
 	sock_set_reuseaddr(sk);
+}
+
+int siw_rs_h_sk_set_v6only(struct sock *sk)
+{
+#if IS_ENABLED(CONFIG_IPV6)
+	return ip6_sock_set_v6only(sk);
+#else
+	return -EOPNOTSUPP;
+#endif
 }
 
 static DEFINE_MUTEX(siw_rs_registry_mutex);

@@ -64,6 +64,9 @@ int siw_rs_h_sk_state(const struct sock *sk);
 void siw_rs_h_sk_set_timeouts(struct sock *sk, long rcv_jiffies, long snd_jiffies);
 long siw_rs_h_msecs_to_jiffies(unsigned int ms);
 void siw_rs_h_sk_set_reuseaddr(struct sock *sk);
+/* IPV6_V6ONLY on an unbound AF_INET6 socket: 0, or -EINVAL once bound
+ * (-EOPNOTSUPP without IPv6). */
+int siw_rs_h_sk_set_v6only(struct sock *sk);
 
 /* User verbs (uverbs.rs): rings mapped into processes, pinned user memory,
  * udata, and the sysfs attribute the rdma-core provider matches on. */

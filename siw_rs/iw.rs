@@ -61,6 +61,15 @@ impl CmId {
         SockAddr(unsafe { (*self.raw()).local_addr })
     }
 
+    /// Whether the consumer asked for its address family only
+    /// (`rdma_set_afonly`): an IPv6 address then does not take IPv4 as
+    /// well, and an IPv4 listener on the same port can coexist.
+    pub(crate) fn afonly(&self) -> bool {
+        // SAFETY: the id is live (we hold a reference); a plain read of a
+        // flag the RDMA CM sets before it calls the driver.
+        unsafe { (*self.raw()).afonly() }
+    }
+
     /// The remote address the consumer asked for.
     pub(crate) fn remote_addr(&self) -> SockAddr {
         // SAFETY: as in `local_addr`.

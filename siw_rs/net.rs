@@ -176,6 +176,13 @@ impl Socket {
         to_result(unsafe { ffi::kernel_bind(self.sock.as_ptr(), addr.as_ptr(), len) })
     }
 
+    /// Takes IPv6 traffic only (`IPV6_V6ONLY`), so that an IPv4 socket may
+    /// bind the same port; before binding, on an `AF_INET6` socket.
+    pub(crate) fn set_v6only(&self) -> Result {
+        // SAFETY: a live socket; the helper takes the socket lock itself.
+        to_result(unsafe { ffi::siw_rs_h_sk_set_v6only(self.sk()) })
+    }
+
     /// Accepts only traffic of interface `ifindex` (`SO_BINDTODEVICE`).
     pub(crate) fn bind_to_device(&self, ifindex: i32) -> Result {
         // SAFETY: a live socket; the call takes the socket lock itself.
