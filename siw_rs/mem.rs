@@ -115,6 +115,12 @@ pub(crate) struct Mem {
 }
 
 impl Mem {
+    /// Whether the region is a process's (its pages pinned user pages,
+    /// which a zero-copy send may hand to the network stack).
+    pub(crate) fn is_user(&self) -> bool {
+        matches!(self.state.lock().kind, Kind::User { .. })
+    }
+
     /// The STag as it is now (index and current key).
     pub(crate) fn stag(&self) -> u32 {
         let key = self.state.lock().key;

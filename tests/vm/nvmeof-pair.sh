@@ -26,7 +26,7 @@
 # boot can take minutes).
 
 . tests/vm/t-60-nvmeof.sh
-unset -f test_60_nvmeof_over_siw_rs test_61_nvmeof_disconnect_during_io_and_reconnect test_62_nvmeof_zero_copy
+unset -f test_60_nvmeof_over_siw_rs test_61_nvmeof_disconnect_during_io_and_reconnect
 
 PAIR_TARGET=10.66.0.1
 PAIR_SIGNAL_PORT=4499
