@@ -647,7 +647,14 @@ void siw_rs_h_zc_init(struct ubuf_info *u)
 {
 	u->ops = &siw_rs_zc_ops;
 	refcount_set(&u->refcnt, 1);
-	u->flags = SKBFL_ZEROCOPY_FRAG;
+	/*
+	 * DONT_ORPHAN, as MSG_ZEROCOPY's and io_uring's notifications have:
+	 * without it TCP copies the pages out (skb_orphan_frags) whenever it
+	 * unclones an skb whose clone a NIC still holds (to split or trim it),
+	 * and that copy clears SKBFL_PURE_ZEROCOPY without charging the
+	 * socket for the payload, which leaves sk_forward_alloc unbalanced.
+	 */
+	u->flags = SKBFL_ZEROCOPY_FRAG | SKBFL_DONT_ORPHAN;
 }
 
 void siw_rs_h_zc_put(struct ubuf_info *u)

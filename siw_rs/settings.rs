@@ -24,7 +24,8 @@
 //!   the throughput of the copy at 64 KiB and 1 MiB). On a NIC it was the
 //!   default until 2026-11-29, when sending by reference over a virtio NIC
 //!   was found to leave a socket with a non-zero `sk_forward_alloc` at its
-//!   destruction (a kernel warning; see design.rst). `zcopy_sends`
+//!   destruction (a kernel warning, since fixed: see design.rst); it stays
+//!   off until a test over a NIC is in the suite. `zcopy_sends`
 //!   (read-only) counts the messages sent by reference.
 //!
 //! The files are `/sys/class/infiniband/<dev>/mpa_crc`, `…/mpa_markers`,
