@@ -66,6 +66,17 @@ nfs_mountstats() {
 	awk -v m="$NFS_MNT" '/^device / { on = ($5 == m) } on' /proc/self/mountstats
 }
 
+# nfs_fail MSG: says why the test failed, then stops NFS, removes t1
+# (bounded: a device a consumer still holds would block it) and the test's
+# files, so the next test starts clean. Returns 1.
+nfs_fail() {
+	[ -z "$1" ] || fail_because "$1"
+	nfs_cleanup
+	bounded 60 rdma link del t1 2>/dev/null || fail_because "rdma link del t1 did not finish after NFS was stopped"
+	rm -f /tmp/nfs.pat /tmp/nfs.back
+	return 1
+}
+
 # A random pattern written through the client lands in the export as
 # written (read there, on the server's side, not through NFS), and reads
 # back identical through a new mount (no client cache). Both the client's
@@ -76,26 +87,20 @@ test_64_nfs_over_rdma() {
 	scripts/topology up-local
 	load_siw_rs
 	rdma link add t1 type siw_rs netdev veth1
-	nfs_server || { nfs_cleanup; rdma link del t1; return 1; }
-	nfs_mount || { nfs_cleanup; rdma link del t1; return 1; }
+	# nfs_server and nfs_mount say why they failed.
+	nfs_server || nfs_fail "" || return 1
+	nfs_mount || nfs_fail "" || return 1
 	qps=$(rdma res show qp link t1/1 2>/dev/null | grep -c 'state RTS' || true)
 	echo "    mounted over RDMA; $qps QPs in RTS on t1"
-	[ "$qps" -ge 2 ] || fail_because "want the client's and the server's QPs on t1, found $qps" || { nfs_cleanup; rdma link del t1; return 1; }
+	[ "$qps" -ge 2 ] || nfs_fail "want the client's and the server's QPs on t1, found $qps" || return 1
 	dd if=/dev/urandom of=$pat bs=1M count="$NFS_MIB" status=none
-	if ! timeout 300 dd if=$pat of=$NFS_MNT/f bs=64k oflag=direct status=none; then
-		nfs_cleanup; rdma link del t1
-		fail_because "writing $NFS_MIB MiB over NFS failed or timed out"; return 1
-	fi
-	if ! cmp $pat $NFS_EXPORT/f; then
-		nfs_cleanup; rdma link del t1
-		fail_because "the file in the export differs from what the client wrote"; return 1
-	fi
-	timeout 120 umount $NFS_MNT
-	nfs_mount || { nfs_cleanup; rdma link del t1; return 1; }
-	if ! timeout 300 dd if=$NFS_MNT/f of=$back bs=64k iflag=direct status=none || ! cmp $pat $back; then
-		nfs_cleanup; rdma link del t1
-		fail_because "reading $NFS_MIB MiB back over NFS failed or differs"; return 1
-	fi
+	timeout 300 dd if=$pat of=$NFS_MNT/f bs=64k oflag=direct status=none ||
+		nfs_fail "writing $NFS_MIB MiB over NFS failed or timed out" || return 1
+	cmp $pat $NFS_EXPORT/f || nfs_fail "the file in the export differs from what the client wrote" || return 1
+	timeout 120 umount $NFS_MNT || nfs_fail "unmounting after the write failed or timed out" || return 1
+	nfs_mount || nfs_fail "" || return 1
+	{ timeout 300 dd if=$NFS_MNT/f of=$back bs=64k iflag=direct status=none && cmp $pat $back; } ||
+		nfs_fail "reading $NFS_MIB MiB back over NFS failed or differs" || return 1
 	echo "    $NFS_MIB MiB written over NFS/RDMA, identical in the export and read back"
 	nfs_cleanup
 	# Neither the client nor the server may keep the device.
