@@ -176,7 +176,7 @@ fn create(name: &CStr, netdev: &NetDevice, key: usize) -> Result {
         counts: Counts::default(),
         qps: Arc::pin_init(new_irq_spinlock!(QpTable::new()?, "siw_rs_qpn"), GFP_KERNEL)?,
         listeners: Arc::pin_init(new_mutex!(KVec::new()), GFP_KERNEL)?,
-        knobs: Arc::new(Knobs::new(), GFP_KERNEL)?,
+        knobs: Arc::new(Knobs::new(netdev.has_parent()), GFP_KERNEL)?,
         requests: Arc::pin_init(new_mutex!(cm::Requests::new()), GFP_KERNEL)?,
     };
 

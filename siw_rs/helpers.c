@@ -51,6 +51,11 @@ bool siw_rs_h_netif_carrier_ok(const struct net_device *dev)
 	return netif_carrier_ok(dev);
 }
 
+bool siw_rs_h_netdev_has_parent(const struct net_device *dev)
+{
+	return dev->dev.parent != NULL;
+}
+
 void siw_rs_h_addrconf_addr_eui48(u8 *eui, const u8 *addr)
 {
 	addrconf_addr_eui48(eui, addr);

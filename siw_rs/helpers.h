@@ -16,6 +16,7 @@ void siw_rs_h_dev_put(struct net_device *dev);
 bool siw_rs_h_netif_running(const struct net_device *dev);
 bool siw_rs_h_netif_carrier_ok(const struct net_device *dev);
 /* Whether the netdev sits on a bus device (a NIC), not a virtual one. */
+bool siw_rs_h_netdev_has_parent(const struct net_device *dev);
 void siw_rs_h_addrconf_addr_eui48(u8 *eui, const u8 *addr);
 void siw_rs_h_eth_random_addr(u8 *addr);
 int siw_rs_h_ib_mtu_int_to_enum(int mtu);

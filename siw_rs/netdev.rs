@@ -64,6 +64,14 @@ impl NetDevice {
         u32::from(self.raw().type_)
     }
 
+    /// Whether the netdev sits on a bus device (a NIC, physical or
+    /// paravirtual), rather than being a virtual one (veth, loopback, a
+    /// bridge, ...) whose traffic stays on the host.
+    pub(crate) fn has_parent(&self) -> bool {
+        // SAFETY: a live netdev; reads one pointer.
+        unsafe { ffi::siw_rs_h_netdev_has_parent(self.as_raw()) }
+    }
+
     /// The interface name, without the terminating NUL.
     pub(crate) fn name(&self) -> &[u8] {
         let name = &self.raw().name;

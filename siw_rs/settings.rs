@@ -16,17 +16,15 @@
 //! - `zcopy`: `1` sends large Sends, RDMA Writes and Read Responses from
 //!   a process's memory regions by reference, completing them once the network stack
 //!   has released their pages ([`crate::zcopy`]); `0` copies them into the
-//!   socket, completing them as it takes them. The default is `0`
-//!   everywhere. On a virtual netdev (veth, loopback, ...) traffic is
-//!   copied by the stack as it is received (`skb_orphan_frags_rx`), so by
-//!   reference it costs a page allocation per skb and a later completion
-//!   on top of that copy (measured on the benchmark's veth pair: 0.7x-0.8x
-//!   the throughput of the copy at 64 KiB and 1 MiB). On a NIC it was the
-//!   default until 2026-11-29, when sending by reference over a virtio NIC
-//!   was found to leave a socket with a non-zero `sk_forward_alloc` at its
-//!   destruction (a kernel warning, since fixed: see design.rst); it stays
-//!   off until a test over a NIC is in the suite. `zcopy_sends`
-//!   (read-only) counts the messages sent by reference.
+//!   socket, completing them as it takes them. The default is `1` on a
+//!   NIC's netdev (one with a parent device) and `0` on a virtual one
+//!   (veth, loopback, ...): traffic that stays on the host is copied by
+//!   the stack as it is received (`skb_orphan_frags_rx`), so by reference
+//!   it costs a page allocation per skb and a later completion on top of
+//!   that copy (measured on the benchmark's veth pair: 0.7x-0.8x the
+//!   throughput of the copy at 64 KiB and 1 MiB). `test_67` (two VMs over
+//!   a virtio NIC) covers the NIC default. `zcopy_sends` (read-only)
+//!   counts the messages sent by reference.
 //!
 //! The files are `/sys/class/infiniband/<dev>/mpa_crc`, `…/mpa_markers`,
 //! `…/zcopy` and `…/zcopy_sends`; `helpers.c` declares them and calls the
@@ -50,12 +48,13 @@ pub(crate) struct Knobs {
 }
 
 impl Knobs {
-    /// The defaults: all off (see the module's documentation).
-    pub(crate) fn new() -> Self {
+    /// The defaults: MPA settings off, `zcopy` as given (see the
+    /// module's documentation).
+    pub(crate) fn new(zcopy: bool) -> Self {
         Knobs {
             crc: AtomicBool::new(false),
             markers: AtomicBool::new(false),
-            zcopy: AtomicBool::new(false),
+            zcopy: AtomicBool::new(zcopy),
             zcopy_sends: AtomicU64::new(0),
         }
     }

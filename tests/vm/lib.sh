@@ -353,13 +353,21 @@ netem_on() {
 	tc -n h2 qdisc add dev veth2 root netem "$@"
 }
 
+# qdisc_drops DEV [TC_OPTION...]: the frames DEV's root qdisc dropped
+# (nothing if it has none).
+qdisc_drops() {
+	local dev=$1
+	shift
+	{ tc "$@" -s qdisc show dev "$dev" || true; } |
+		awk '{ for (i = 1; i < NF; i++) if ($i == "(dropped") { sub(",", "", $(i + 1)); print $(i + 1); exit } }'
+}
+
 # netem_off: removes what netem_on set up, and fails the test if netem
 # dropped nothing (then it did not test loss).
 netem_off() {
 	local drops=0 d h
 	for h in h1:veth1 h2:veth2; do
-		d=$({ tc -n "${h%:*}" -s qdisc show dev "${h#*:}" || true; } |
-			awk '{ for (i = 1; i < NF; i++) if ($i == "(dropped") { sub(",", "", $(i + 1)); print $(i + 1); exit } }')
+		d=$(qdisc_drops "${h#*:}" -n "${h%:*}")
 		drops=$((drops + ${d:-0}))
 	done
 	echo "    netem dropped $drops packets"

@@ -9,20 +9,20 @@
  *   zcopy-verify server ADDR PORT
  *   zcopy-verify client ADDR PORT
  *
- * The client's send queue is SQ_DEPTH deep; every SIGNAL_EVERY-th request
+ * The client's send queue is SQ_DEPTH deep; every signal_every-th request
  * is signalled. Each request takes the buffer of its send queue slot,
  * filled with its message's pattern at a varying, often odd, offset, and
  * gathered from one to three SGEs. When a signalled completion arrives,
  * the buffers of every request it covers are overwritten at once (0xee):
  * a request completed while its pages were still to be sent (or sent
  * again, after a loss) would reach the server with 0xee in it.
- *   - N_SEND Sends of 16 KiB to 1 MiB (odd lengths among them); the server
+ *   - n_send Sends of 16 KiB to 1 MiB (odd lengths among them); the server
  *     checks length, content and order of every receive, and that nothing
  *     landed past one;
- *   - N_WRITE RDMA Writes of the same sizes into areas of the server's
+ *   - n_write RDMA Writes of the same sizes into areas of the server's
  *     region, then a Send "done"; the server checks every area and the
  *     guard octets after it;
- *   - N_READ RDMA Reads of the first of those areas back into the client's
+ *   - n_read RDMA Reads of the first of those areas back into the client's
  *     buffers (whose responses siw_rs sends by reference too), one at a
  *     time, each checked octet by octet and for nothing placed past it;
  *     the server disconnects once the client's Send "read" says it is
@@ -30,6 +30,14 @@
  * The client checks each signalled completion's wr_id and status and
  * prints how many messages were at least 16 KiB (what siw_rs sends by
  * reference). Exit status 0 only if everything held.
+ *
+ * With ZCOPY_VERIFY_SHORT=1 in the environment of both ends, 12 of each
+ * kind (the two-VM test over a NIC, where the debug kernel carries less
+ * than 1 MB/s). With ZCOPY_VERIFY_SIGNAL_ALL=1 the client signals every
+ * request: upstream siw sends an unsignalled request of a page or more by
+ * reference and completes it when the socket takes it, so over a NIC a
+ * buffer reused after a later completion reaches the peer overwritten
+ * (test_67 saw it; the client on siw needs this).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -44,11 +52,11 @@
 #define VMTEST_NAME "zcopy-verify"
 #include "vmtest-cm.h"
 
-#define N_SEND 48
-#define N_WRITE 24
-#define N_READ 12
+/* How many of each kind (ZCOPY_VERIFY_SHORT: see above). */
+static int n_send = 48, n_write = 24, n_read = 12;
 #define SQ_DEPTH 8
-#define SIGNAL_EVERY 2
+/* Every how many requests one is signalled (ZCOPY_VERIFY_SIGNAL_ALL: 1). */
+static int signal_every = 2;
 #define MAX_MSG (1 << 20)
 /* A slot: the largest message at the largest offset. */
 #define SLOT (MAX_MSG + 8192)
@@ -106,10 +114,10 @@ static int check_area(const uint8_t *p, int msg, const char *what, int i)
 static int run_server(struct rdma_addrinfo *res)
 {
 	struct ibv_qp_init_attr attr = {
-		.cap = { .max_send_wr = 4, .max_recv_wr = N_SEND + 2, .max_send_sge = 1, .max_recv_sge = 1 },
+		.cap = { .max_send_wr = 4, .max_recv_wr = n_send + 2, .max_send_sge = 1, .max_recv_sge = 1 },
 		.sq_sig_all = 1,
 	};
-	size_t rlen = area_off(N_SEND) + 8192, tlen = area_off(N_WRITE);
+	size_t rlen = area_off(n_send) + 8192, tlen = area_off(n_write);
 	uint8_t *rbuf = aligned_alloc(4096, rlen);
 	uint8_t *target = aligned_alloc(4096, tlen);
 	struct target_key *keys = aligned_alloc(64, 64);
@@ -130,11 +138,11 @@ static int run_server(struct rdma_addrinfo *res)
 	kmr = ibv_reg_mr(id->pd, keys, 64, IBV_ACCESS_LOCAL_WRITE);
 	if (!rmr || !tmr || !kmr)
 		return fail("ibv_reg_mr");
-	for (i = 0; i <= N_SEND + 1; i++) {
+	for (i = 0; i <= n_send + 1; i++) {
 		/* Each receive is exactly as long as its message, but the
 		 * last two ("done", "read"), which have room to spare. */
-		size_t len = i < N_SEND ? msg_len(i) : 64;
-		size_t at = i <= N_SEND ? area_off(i) : area_off(N_SEND) + 4096;
+		size_t len = i < n_send ? msg_len(i) : 64;
+		size_t at = i <= n_send ? area_off(i) : area_off(n_send) + 4096;
 
 		if (post_recv(id->qp, rbuf + at, (uint32_t)len, rmr->lkey, i))
 			return fail("ibv_post_recv");
@@ -142,7 +150,7 @@ static int run_server(struct rdma_addrinfo *res)
 	if (cm_accept_sending_key(id, keys, target, tmr->rkey, kmr->lkey))
 		return 1;
 
-	for (i = 0; i < N_SEND; i++) {
+	for (i = 0; i < n_send; i++) {
 		if (wait_wc(id->recv_cq, &wc))
 			return fail("receive");
 		if (wc.status != IBV_WC_SUCCESS || wc.opcode != IBV_WC_RECV)
@@ -153,15 +161,15 @@ static int run_server(struct rdma_addrinfo *res)
 		if (check_area(rbuf + area_off(i), i, "send", i))
 			return 1;
 	}
-	printf("zcopy-verify: server: %d Sends of 16 KiB-1 MiB verified\n", N_SEND);
+	printf("zcopy-verify: server: %d Sends of 16 KiB-1 MiB verified\n", n_send);
 
 	if (wait_wc(id->recv_cq, &wc) || wc.status != IBV_WC_SUCCESS || wc.opcode != IBV_WC_RECV ||
-	    wc.byte_len != 4 || memcmp(rbuf + area_off(N_SEND), "done", 4))
+	    wc.byte_len != 4 || memcmp(rbuf + area_off(n_send), "done", 4))
 		return bad("no \"done\" Send after the Writes");
-	for (i = 0; i < N_WRITE; i++)
+	for (i = 0; i < n_write; i++)
 		if (check_area(target + area_off(i), 1000 + i, "write", i))
 			return 1;
-	printf("zcopy-verify: server: %d RDMA Writes of 16 KiB-1 MiB verified\n", N_WRITE);
+	printf("zcopy-verify: server: %d RDMA Writes of 16 KiB-1 MiB verified\n", n_write);
 	/* "read": the client's Reads are through. They take the server no
 	 * receive completion, and under loss on the debug kernel the twelve
 	 * of up to 1 MiB, one at a time, took longer than one wait_wc()
@@ -169,7 +177,7 @@ static int run_server(struct rdma_addrinfo *res)
 	for (int t = 0; (rc = wait_wc(id->recv_cq, &wc)) && errno == ETIMEDOUT && t < 11; t++)
 		;
 	if (rc || wc.status != IBV_WC_SUCCESS || wc.byte_len != 4 ||
-	    memcmp(rbuf + area_off(N_SEND) + 4096, "read", 4))
+	    memcmp(rbuf + area_off(n_send) + 4096, "read", 4))
 		return bad("no \"read\" Send after the Reads (%s)",
 			   rc ? strerror(errno) : ibv_wc_status_str(wc.status));
 	rdma_disconnect(id);
@@ -230,7 +238,7 @@ static int post(enum ibv_wr_opcode op, int msg, int i, uint64_t raddr, uint32_t 
 	int rc;
 
 	while (posted - done >= SQ_DEPTH)
-		if (reap(done + SIGNAL_EVERY - 1))
+		if (reap(done + signal_every - 1))
 			return 1;
 	if (slot_msg[s] != -1)
 		return bad("slot %d reused while request %d may be in flight", s, slot_msg[s]);
@@ -244,7 +252,7 @@ static int post(enum ibv_wr_opcode op, int msg, int i, uint64_t raddr, uint32_t 
 		at += n;
 	}
 	wr.num_sge = nsge;
-	if (last || posted % SIGNAL_EVERY == SIGNAL_EVERY - 1)
+	if (last || posted % signal_every == signal_every - 1)
 		wr.send_flags = IBV_SEND_SIGNALED;
 	wr.wr.rdma.remote_addr = raddr;
 	wr.wr.rdma.rkey = rkey;
@@ -293,12 +301,12 @@ static int run_client(struct rdma_addrinfo *res)
 	if (wait_wc(cid->recv_cq, &wc) || wc.status != IBV_WC_SUCCESS)
 		return bad("no keys from the server");
 
-	for (i = 0; i < N_SEND; i++) {
+	for (i = 0; i < n_send; i++) {
 		if (post(IBV_WR_SEND, i, i, 0, 0, 0))
 			return 1;
 		large += msg_len(i) >= 16384;
 	}
-	for (i = 0; i < N_WRITE; i++) {
+	for (i = 0; i < n_write; i++) {
 		if (post(IBV_WR_RDMA_WRITE, 1000 + i, i, keys->addr + area_off(i), keys->rkey, 0))
 			return 1;
 		large += msg_len(i) >= 16384;
@@ -311,14 +319,14 @@ static int run_client(struct rdma_addrinfo *res)
 					  .send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED }, *badwr;
 
 		while (posted - done >= SQ_DEPTH)
-			if (reap(done + SIGNAL_EVERY - 1))
+			if (reap(done + signal_every - 1))
 				return 1;
 		wr.wr_id = posted;
 		if (ibv_post_send(cid->qp, &wr, &badwr))
 			return fail("ibv_post_send done");
 		posted++;
-		while (done + SIGNAL_EVERY - 1 < posted - 1)
-			if (reap(done + SIGNAL_EVERY - 1))
+		while (done + signal_every - 1 < posted - 1)
+			if (reap(done + signal_every - 1))
 				return 1;
 		if (reap(posted - 1))
 			return 1;
@@ -334,7 +342,7 @@ static int run_client(struct rdma_addrinfo *res)
 	rsink_mr = ibv_reg_mr(cid->pd, rsink, SLOT, IBV_ACCESS_LOCAL_WRITE);
 	if (!rsink_mr)
 		return fail("ibv_reg_mr");
-	for (i = 0; i < N_READ; i++) {
+	for (i = 0; i < n_read; i++) {
 		size_t len = msg_len(i);
 		uint8_t *sinkp = rsink + msg_off(i);
 		struct ibv_sge sge = { .addr = (uintptr_t)sinkp, .length = (uint32_t)len, .lkey = rsink_mr->lkey };
@@ -357,7 +365,7 @@ static int run_client(struct rdma_addrinfo *res)
 			if (sinkp[k] != 0xee)
 				return bad("read %d: octet %zu placed past its %zu", i, k, len);
 	}
-	printf("zcopy-verify: client: %d RDMA Reads of 16 KiB-1 MiB verified\n", N_READ);
+	printf("zcopy-verify: client: %d RDMA Reads of 16 KiB-1 MiB verified\n", n_read);
 	{
 		static const char msg[] = "read";
 		struct ibv_sge sge = { .addr = (uintptr_t)msg, .length = 4, .lkey = 0 };
@@ -384,6 +392,12 @@ int main(int argc, char **argv)
 {
 	static const char *const roles[] = { "server", "client", NULL };
 	struct rdma_addrinfo *res;
+	const char *is_short = getenv("ZCOPY_VERIFY_SHORT");
+	const char *all = getenv("ZCOPY_VERIFY_SIGNAL_ALL");
 
+	if (is_short && !strcmp(is_short, "1"))
+		n_send = n_write = 12;
+	if (all && !strcmp(all, "1"))
+		signal_every = 1;
 	return cm_args(argc, argv, roles, &res) == 0 ? run_server(res) : run_client(res);
 }
