@@ -336,6 +336,12 @@ impl Segs {
         Ok(())
     }
 
+    /// Whether the payload lies in registered regions (not in the
+    /// transmitter's inline buffer, which is reused at the next WQE).
+    fn in_regions(&self) -> bool {
+        self.held.iter().any(Option::is_some)
+    }
+
     /// Whether the payload lies in regions, all of them a process's.
     fn all_user(&self) -> bool {
         let mut held = self.held.iter().flatten().peekable();
@@ -454,14 +460,14 @@ fn collect_parts<'a>(batch: &'a TxBatch, segs: &'a Segs, parts: &mut [&'a [u8]])
 }
 
 /// The pending octets of `batch` as zero-copy parts: framing octets and
-/// payload slices (through `segs`, all in pinned pages), as many as
+/// payload slices (through `segs`, in registered regions), as many as
 /// `parts` holds. Returns how many, and whether more are pending.
 fn collect_zc_parts<'a>(batch: &'a TxBatch, segs: &'a Segs, parts: &mut [ZcPart<'a>]) -> Result<(usize, bool)> {
     let mut n = 0usize;
     let mut more = false;
-    let resolved = pending_slices(batch, segs, |bytes, pinned| match parts.get_mut(n) {
+    let resolved = pending_slices(batch, segs, |bytes, payload| match parts.get_mut(n) {
         Some(slot) => {
-            *slot = ZcPart { bytes, pinned };
+            *slot = ZcPart { bytes, payload };
             n += 1;
             true
         }
@@ -1352,13 +1358,23 @@ impl Conn {
     /// A notification (numbered `seq`) for sending the payload of the
     /// message just resolved into `tx.segs`, `len` octets, by reference,
     /// if it goes that way: the device's `zcopy` setting is on, the
-    /// payload is at least [`ZCOPY_MIN`] octets, not `inline`, all in a
-    /// process's regions (whose pages are pinned; a kernel consumer's
-    /// memory may be slab memory, which skbs must not reference), and no
-    /// markers cut it into 512-octet pieces. (An RDMA Write with
-    /// Immediate Data, whose WQE spans two messages, is copied.)
+    /// payload is at least [`ZCOPY_MIN`] octets, not `inline`, in
+    /// registered regions, and no markers cut it into 512-octet pieces.
+    /// (An RDMA Write with Immediate Data, whose WQE spans two messages,
+    /// is copied.) The regions may be a process's (pinned pages) or a
+    /// kernel consumer's (a block layer's or nvmet's pages, but also slab
+    /// memory, which skbs must not reference): the socket takes a page by
+    /// reference only where the stack allows it (`sendpage_ok`, in
+    /// `helpers.c`), and [`Conn::flush_batch`] copies the rest. With CRC
+    /// on, only a process's regions go by reference: a kernel consumer's
+    /// page may change in flight (page cache under writeback), which
+    /// without CRC tears data the consumer writes again anyway, but would
+    /// make the CRC computed at framing wrong and end the connection.
     fn zcopy_note(&self, tx: &Tx, inline: bool, len: u32, seq: u64) -> Option<(Note, u64)> {
-        if inline || len < ZCOPY_MIN || self.neg.markers_tx || !self.zc.knobs.zcopy() || !tx.segs.all_user() {
+        if inline || len < ZCOPY_MIN || self.neg.markers_tx || !self.zc.knobs.zcopy() || !tx.segs.in_regions() {
+            return None;
+        }
+        if self.neg.crc && !tx.segs.all_user() {
             return None;
         }
         let note = Note::new(&self.zc, seq)?;

@@ -697,7 +697,13 @@ int siw_rs_h_sendmsg_zc(struct socket *sock, const struct siw_rs_zc_part *parts,
 			total += left;
 			continue;
 		}
-		while (left && nb < SIW_RS_ZC_BVECS && virt_addr_valid(p)) {
+		/*
+		 * Page by page, while the page may be referenced: in the
+		 * direct map, and not slab memory or a tail of a non-compound
+		 * allocation (sendpage_ok), as a kernel consumer's memory may
+		 * be. What stops here is copied by the caller.
+		 */
+		while (left && nb < SIW_RS_ZC_BVECS && virt_addr_valid(p) && sendpage_ok(virt_to_page(p))) {
 			size_t off = offset_in_page(p);
 			size_t l = min_t(size_t, left, PAGE_SIZE - off);
 

@@ -152,8 +152,9 @@ void siw_rs_zc_released(struct ubuf_info *u);
  * A piece of what a zero-copy send hands to the socket: `len` octets at
  * `base`, either framing octets (`copy`: copied into a page of their own,
  * so that the caller may reuse its buffer at once) or payload in a
- * process's pinned pages (kernel direct-map addresses), which skbs then
- * reference instead of copying.
+ * registered region (kernel direct-map addresses: a process's pinned
+ * pages, or a kernel consumer's memory), which skbs then reference instead
+ * of copying, as far as its pages allow (see below).
  */
 struct siw_rs_zc_part {
 	const void *base;
@@ -166,8 +167,10 @@ struct siw_rs_zc_part {
  * `more`: further octets follow (MSG_MORE). Returns the octets the socket
  * took (possibly fewer than given: as many parts as fit one call are
  * sent), -EAGAIN when it is full, -EOPNOTSUPP when nothing could be set
- * up for a zero-copy send (no page for the framing octets, an address
- * outside the direct map): the caller copies instead.
+ * up for a zero-copy send (no page for the framing octets, payload at an
+ * address outside the direct map or in a page that must not be referenced,
+ * such as slab memory): the caller copies instead. The sending stops at
+ * the first such payload page; what precedes it goes by reference.
  */
 int siw_rs_h_sendmsg_zc(struct socket *sock, const struct siw_rs_zc_part *parts, unsigned int n,
 			struct ubuf_info *u, bool more);

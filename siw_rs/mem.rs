@@ -110,15 +110,19 @@ pub(crate) struct Mem {
     pd: usize,
     /// The table index (the STag's upper 24 bits).
     index: u32,
+    /// A process's region (pinned user pages), not a kernel consumer's.
+    user: bool,
     #[pin]
     state: IrqSpinLock<State>,
 }
 
 impl Mem {
-    /// Whether the region is a process's (its pages pinned user pages,
-    /// which a zero-copy send may hand to the network stack).
+    /// Whether the region is a process's: its pages are pinned, and the
+    /// process may not change them while a request that sends them is
+    /// outstanding. A kernel consumer's pages may change in flight (page
+    /// cache under writeback has no stable-pages guarantee here).
     pub(crate) fn is_user(&self) -> bool {
-        matches!(self.state.lock().kind, Kind::User { .. })
+        self.user
     }
 
     /// The STag as it is now (index and current key).
@@ -423,9 +427,10 @@ pub(crate) fn create(table: &Stags, pd: usize, how: NewMem) -> Result<Arc<Mem>> 
     };
     // Reserve the slot first so a full table fails before allocating.
     let index = table.lock().take_free().ok_or(ENOMEM)?;
+    let user = matches!(kind, Kind::User { .. });
     let state = State { key: 0, valid, access, kind };
     let mem = Arc::pin_init(
-        pin_init!(Mem { pd, index, state <- new_irq_spinlock!(state, "siw_rs_mem") }),
+        pin_init!(Mem { pd, index, user, state <- new_irq_spinlock!(state, "siw_rs_mem") }),
         GFP_KERNEL,
     );
     let mut t = table.lock();

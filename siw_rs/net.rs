@@ -283,26 +283,28 @@ impl Socket {
         self.sendmsg(vecs.get_mut(..n).unwrap_or(&mut []), total, nonblock)
     }
 
-    /// Sends `parts` by reference (non-blocking), payload from a process's
-    /// pinned pages and framing copied, with `note` as the notification of
+    /// Sends `parts` by reference (non-blocking), payload from registered
+    /// regions' pages (as far as the stack may reference them, see
+    /// `helpers.h`) and framing copied, with `note` as the notification of
     /// their release ([`crate::zcopy`]); `more`: octets follow. Returns the
     /// octets the socket took, `Ok(0)` when it is full, and
-    /// `Err(EOPNOTSUPP)` when the parts cannot go by reference (the caller
-    /// copies them instead).
+    /// `Err(EOPNOTSUPP)` when the first parts cannot go by reference (the
+    /// caller copies them instead).
     pub(crate) fn send_zcopy(&self, parts: &[ZcPart<'_>], note: &crate::zcopy::Note, more: bool) -> Result<usize> {
         let mut raw: [ffi::siw_rs_zc_part; MAX_SEND_PARTS] = Default::default();
         let mut n = 0usize;
         for (r, p) in raw.iter_mut().zip(parts.iter()) {
             r.base = p.bytes.as_ptr().cast();
             r.len = p.bytes.len();
-            r.copy = !p.pinned;
+            r.copy = !p.payload;
             n += 1;
         }
         let n32 = u32::try_from(n).unwrap_or(0);
         // SAFETY: `raw` describes live slices (the caller's); framing is
-        // copied in the call; pinned payload is referenced through page
-        // references the skbs take, and the caller keeps it unmodified
-        // until the note is released (the work request's completion).
+        // copied in the call; payload is referenced through page
+        // references the skbs take (pages the helper checks may be), and
+        // the caller keeps it unmodified until the note is released (the
+        // work request's completion).
         let r = unsafe { ffi::siw_rs_h_sendmsg_zc(self.sock.as_ptr(), raw.as_ptr(), n32, note.ubuf(), more) };
         if r == -(ffi::EAGAIN as c_int) {
             return Ok(0);
@@ -463,9 +465,9 @@ impl Drop for Socket {
 #[derive(Clone, Copy, Default)]
 pub(crate) struct ZcPart<'a> {
     pub(crate) bytes: &'a [u8],
-    /// In a process's pinned pages (sent by reference); else framing
-    /// octets (copied).
-    pub(crate) pinned: bool,
+    /// Payload in a registered region (sent by reference where its pages
+    /// allow); else framing octets (copied).
+    pub(crate) payload: bool,
 }
 
 /// A borrowed `struct sock` during a callback or under the socket lock.

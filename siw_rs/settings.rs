@@ -14,7 +14,8 @@
 //! And one transmit setting, read for each large message:
 //!
 //! - `zcopy`: `1` sends large Sends, RDMA Writes and Read Responses from
-//!   a process's memory regions by reference, completing them once the network stack
+//!   registered memory (a process's, or a kernel consumer's where its pages
+//!   allow) by reference, completing them once the network stack
 //!   has released their pages ([`crate::zcopy`]); `0` copies them into the
 //!   socket, completing them as it takes them. The default is `1` on a
 //!   NIC's netdev (one with a parent device) and `0` on a virtual one

@@ -3,11 +3,12 @@
 //! Zero-copy transmit: notifications of the network stack's release of a
 //! send's pages.
 //!
-//! A large Send, RDMA Write or Read Response from a process's memory
-//! region is handed to the socket by reference
+//! A large Send, RDMA Write or Read Response from a registered region (a
+//! process's or a kernel consumer's) is handed to the socket by reference
 //! ([`crate::net::Socket::send_zcopy`]): the skbs point at the region's
-//! pinned pages instead of a copy, each holding a page reference and a
-//! reference to the send's [`Note`] (a `struct ubuf_info`). When the last
+//! pages instead of a copy (those the stack may reference), each holding
+//! a page reference and a reference to the send's [`Note`] (a `struct
+//! ubuf_info`). When the last
 //! skb is freed (the data acknowledged by the peer, or copied by the stack
 //! on the way, as a veth pair does), the note is released and
 //! [`ZcTrack::released`] completes the work request, in order with the

@@ -80,13 +80,16 @@ nfs_fail() {
 # A random pattern written through the client lands in the export as
 # written (read there, on the server's side, not through NFS), and reads
 # back identical through a new mount (no client cache). Both the client's
-# and the server's QPs are on t1 while mounted.
+# and the server's QPs are on t1 while mounted. With t1's zcopy on (off by
+# default on veth), the client's and the server's pages go to the socket by
+# reference: zcopy_sends must count at least one message per 64 KiB.
 test_64_nfs_over_rdma() {
-	local pat=/tmp/nfs.pat back=/tmp/nfs.back qps
+	local pat=/tmp/nfs.pat back=/tmp/nfs.back qps zc
 	nfs_cleanup
 	scripts/topology up-local
 	load_siw_rs
 	rdma link add t1 type siw_rs netdev veth1
+	echo 1 > /sys/class/infiniband/t1/zcopy
 	# nfs_server and nfs_mount say why they failed.
 	nfs_server || nfs_fail "" || return 1
 	nfs_mount || nfs_fail "" || return 1
@@ -101,7 +104,9 @@ test_64_nfs_over_rdma() {
 	nfs_mount || nfs_fail "" || return 1
 	{ timeout 300 dd if=$NFS_MNT/f of=$back bs=64k iflag=direct status=none && cmp $pat $back; } ||
 		nfs_fail "reading $NFS_MIB MiB back over NFS failed or differs" || return 1
-	echo "    $NFS_MIB MiB written over NFS/RDMA, identical in the export and read back"
+	zc=$(cat /sys/class/infiniband/t1/zcopy_sends)
+	echo "    $NFS_MIB MiB written over NFS/RDMA, identical in the export and read back; $zc messages by reference"
+	[ "$zc" -ge $((NFS_MIB * 16)) ] || nfs_fail "zcopy_sends is $zc, want at least $((NFS_MIB * 16))" || return 1
 	nfs_cleanup
 	# Neither the client nor the server may keep the device.
 	bounded 60 rdma link del t1 || fail_because "rdma link del t1 did not finish after NFS was stopped" || return 1
