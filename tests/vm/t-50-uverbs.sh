@@ -232,7 +232,7 @@ test_54_inline_sends_verified() {
 # RDMA Reads of the written areas, checked by the client. The client
 # overwrites each buffer the moment its request is known complete, so a
 # request completed while the stack still had its pages to send would
-# deliver the overwrite. zcopy is off by default and is turned on at both
+# deliver the overwrite. zcopy is off by default on veth and is turned on at both
 # ends; rs2's zcopy_sends counter must then grow by one per message of
 # 16 KiB or more, rs1's by
 # one per Read Response. Then the same with zcopy off (copied: the
