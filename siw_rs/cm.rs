@@ -43,7 +43,7 @@ const MAX_PENDING_HANDSHAKES: i32 = 64;
 
 /// How long a reported connection request may wait for `iw_accept` or
 /// `iw_reject` before it is reclaimed: six times the peer's wait for the
-/// MPA Reply (10 s here and in upstream siw), so a request that old has
+/// MPA Reply (10 s here, 5 s in upstream siw), so a request that old has
 /// been given up by its peer or dropped by the CM.
 const REQUEST_TTL_NS: u64 = 60_000_000_000;
 

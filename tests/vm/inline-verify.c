@@ -7,7 +7,9 @@
  *   inline-verify client ADDR PORT
  *   inline-verify client-sge ADDR PORT
  *
- * Inline data is copied when the work request is posted: the client gathers
+ * Once connected, the client sends a hello, and the server answers with the
+ * key of its target region (vmtest-cm.h). Inline data is copied when the
+ * work request is posted: the client gathers
  * each message from up to three unregistered buffers (lkey 0) and overwrites
  * them as soon as ibv_post_send returns. Its send queue is 8 deep, so the
  * queue's slots are reused many times over while earlier messages are still
@@ -100,7 +102,7 @@ static int check_slots(const uint8_t *base, uint8_t fill, const char *what)
 static int run_server(struct rdma_addrinfo *res)
 {
 	struct ibv_qp_init_attr attr = {
-		.cap = { .max_send_wr = 4, .max_recv_wr = N_RECV,
+		.cap = { .max_send_wr = 4, .max_recv_wr = N_RECV + 1,
 			 .max_send_sge = 1, .max_recv_sge = 1 },
 		.sq_sig_all = 1,
 	};
@@ -124,6 +126,8 @@ static int run_server(struct rdma_addrinfo *res)
 	kmr = ibv_reg_mr(id->pd, keys, 64, IBV_ACCESS_LOCAL_WRITE);
 	if (!rmr || !tmr || !kmr)
 		return fail("ibv_reg_mr");
+	if (cm_post_hello(id, keys, kmr->lkey))
+		return fail("ibv_post_recv hello");
 	for (i = 0; i < N_RECV; i++)
 		if (post_recv(id->qp, rbuf + (size_t)i * SLOT, SLOT, rmr->lkey, i))
 			return fail("ibv_post_recv");
@@ -347,8 +351,8 @@ static int run_client(struct rdma_addrinfo *res)
 		/* An ORD of 1: the Reads of client-sge wait their turn. */
 		struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1 };
 
-		if (rdma_connect(sq.id, &cp))
-			return fail("rdma_connect");
+		if (cm_connect_hello(sq.id, &cp))
+			return 1;
 	}
 	if (wait_wc(sq.id->recv_cq, &wc) || wc.status != IBV_WC_SUCCESS)
 		return bad("no keys from the server");

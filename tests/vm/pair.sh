@@ -172,15 +172,22 @@ ZC_PORT_SENDS=7301 ZC_PORT_READS=7302
 ZC_VERIFY=build/zcopy-verify
 
 # zc_client ADDR PORT LOG [WRAPPER]: zcopy-verify's client, tried again
-# while the server does not listen yet, for up to PAIR_WAIT s.
+# while the server does not listen yet, for up to PAIR_WAIT s. LOG keeps
+# every try's words (a try that reached the server and failed its connect
+# anyway explains the server's failure); the retry looks at the last one's.
 zc_client() {
-	local start=$SECONDS
-	until ZCOPY_VERIFY_SHORT=1 timeout 600 ${4:-} $ZC_VERIFY client "$1" "$2" > "$3" 2>&1; do
-		grep -q 'rdma_connect' "$3" || { log_tail '    client| ' "$3" 15; fail_because "zcopy-verify's client failed"; return 1; }
+	local start=$SECONDS tries=0
+	: > "$3"
+	until ZCOPY_VERIFY_SHORT=1 timeout 600 ${4:-} $ZC_VERIFY client "$1" "$2" > "$3.try" 2>&1; do
+		tries=$((tries + 1))
+		sed "s/^/[try $tries] /" "$3.try" >> "$3"
+		grep -q 'rdma_connect' "$3.try" || { log_tail '    client| ' "$3" 15; fail_because "zcopy-verify's client failed"; return 1; }
 		[ $((SECONDS - start)) -lt "$PAIR_WAIT" ] || {
 			log_tail '    client| ' "$3" 5; fail_because "no zcopy-verify server on $1:$2 in $PAIR_WAIT s"; return 1; }
 		nap 2
 	done
+	cat "$3.try" >> "$3"
+	echo "    client connected after $tries failed connects"
 	log_tail '    client| ' "$3" 5
 }
 

@@ -9,7 +9,9 @@
  *   zcopy-verify server ADDR PORT
  *   zcopy-verify client ADDR PORT
  *
- * The client's send queue is SQ_DEPTH deep; every signal_every-th request
+ * Once connected, the client sends a hello, and the server answers with
+ * the key of its target region (vmtest-cm.h). The client's send queue is
+ * SQ_DEPTH deep; every signal_every-th request
  * is signalled. Each request takes the buffer of its send queue slot,
  * filled with its message's pattern at a varying, often odd, offset, and
  * gathered from one to three SGEs. When a signalled completion arrives,
@@ -114,7 +116,7 @@ static int check_area(const uint8_t *p, int msg, const char *what, int i)
 static int run_server(struct rdma_addrinfo *res)
 {
 	struct ibv_qp_init_attr attr = {
-		.cap = { .max_send_wr = 4, .max_recv_wr = n_send + 2, .max_send_sge = 1, .max_recv_sge = 1 },
+		.cap = { .max_send_wr = 4, .max_recv_wr = n_send + 3, .max_send_sge = 1, .max_recv_sge = 1 },
 		.sq_sig_all = 1,
 	};
 	size_t rlen = area_off(n_send) + 8192, tlen = area_off(n_write);
@@ -138,6 +140,8 @@ static int run_server(struct rdma_addrinfo *res)
 	kmr = ibv_reg_mr(id->pd, keys, 64, IBV_ACCESS_LOCAL_WRITE);
 	if (!rmr || !tmr || !kmr)
 		return fail("ibv_reg_mr");
+	if (cm_post_hello(id, keys, kmr->lkey))
+		return fail("ibv_post_recv hello");
 	for (i = 0; i <= n_send + 1; i++) {
 		/* Each receive is exactly as long as its message, but the
 		 * last two ("done", "read"), which have room to spare. */
@@ -295,8 +299,8 @@ static int run_client(struct rdma_addrinfo *res)
 	{
 		struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1 };
 
-		if (rdma_connect(cid, &cp))
-			return fail("rdma_connect");
+		if (cm_connect_hello(cid, &cp))
+			return 1;
 	}
 	if (wait_wc(cid->recv_cq, &wc) || wc.status != IBV_WC_SUCCESS)
 		return bad("no keys from the server");
