@@ -168,7 +168,7 @@ fn active(net: Net, id: &CmId, qp: &Qp<SiwRs>, mpa: MpaSettings, ird: u32, ord: 
     match ev {
         Some(Event::Established(neg)) => {
             let _ = reply_pd.extend_from_slice(hs.peer_private_data(), GFP_KERNEL);
-            let conn = Conn::start(qp, sock, neg, id.clone()).map_err(fail)?;
+            let conn = Conn::start(qp, sock, neg, id.clone(), false).map_err(fail)?;
             qp::establish(qp, conn.clone(), u32::from(neg.ird), u32::from(neg.ord)).map_err(fail)?;
             Ok((conn, neg, reply_pd))
         }
@@ -502,7 +502,7 @@ pub(crate) fn accept(id: CmId, qp: &Qp<SiwRs>, p: &ConnParam<'_>) -> Result {
     let ord = u16::try_from(p.ord.min(MAX_ORD)).unwrap_or(0);
     let mut out = KBox::new([0u8; MAX_FRAME_LEN], GFP_KERNEL)?;
     let (n, neg) = hs.accept(p.private_data, ird, ord, &mut out[..]).map_err(|_| EINVAL)?;
-    let conn = Conn::start(qp, sock, neg, id.clone())?;
+    let conn = Conn::start(qp, sock, neg, id.clone(), true)?;
     qp::establish(qp, conn.clone(), u32::from(neg.ird), u32::from(neg.ord))?;
     // The Reply goes out before anything the data path sends.
     let sent = conn.send_raw(out.get(..n).unwrap_or(&[]));

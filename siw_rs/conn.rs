@@ -599,6 +599,9 @@ pub(crate) struct Conn {
     closing: AtomicBool,
     /// The consumer asked for a graceful close (QP to SQD).
     graceful: AtomicBool,
+    /// Responder in RFC 6581 peer-to-peer mode: nothing is sent until the
+    /// initiator's RTR message has begun to arrive (see [`Conn::start`]).
+    await_rtr: AtomicBool,
     /// The connection ended in error (TERMINATE sent or received): the QP
     /// reports a fatal (or access) error event.
     failed: AtomicBool,
@@ -684,8 +687,26 @@ fn mulpdu_for(neg: &Negotiated) -> u16 {
 
 impl Conn {
     /// Creates the connection for `qp` over `sock` with the outcome of the
-    /// MPA handshake, and attaches the socket callbacks.
-    pub(crate) fn start(qp: &Qp<SiwRs>, sock: Socket, neg: Negotiated, cm: CmId) -> Result<Arc<Conn>> {
+    /// MPA handshake, and attaches the socket callbacks; `responder`: this
+    /// side sent the MPA Reply.
+    ///
+    /// A responder in peer-to-peer mode (RFC 6581: the initiator asked for
+    /// it, and the Reply named the RTR message it is to send) transmits
+    /// nothing until the initiator's first octets after the Reply have
+    /// arrived: FPDUs that reached the initiator before it had processed
+    /// the Reply could be taken for part of it (upstream siw as initiator
+    /// fails the connection then). The initiator sends the RTR first, so
+    /// the wait ends; meanwhile work requests wait in the send queue.
+    /// Without peer-to-peer mode RFC 5044 leaves the initiator's ULP to
+    /// send first, and a server that sends first is served at once, as
+    /// upstream siw does (waiting would hang it).
+    pub(crate) fn start(
+        qp: &Qp<SiwRs>,
+        sock: Socket,
+        neg: Negotiated,
+        cm: CmId,
+        responder: bool,
+    ) -> Result<Arc<Conn>> {
         // RFC 7306 Atomics and Immediate Data are accepted from any peer;
         // they are sent only when a consumer posts them (upstream siw
         // answers them with a TERMINATE, Unexpected OpCode).
@@ -742,6 +763,7 @@ impl Conn {
                 pace: Pace::new(),
                 closing: AtomicBool::new(false),
                 graceful: AtomicBool::new(false),
+                await_rtr: AtomicBool::new(responder && neg.p2p),
                 failed: AtomicBool::new(false),
                 access_error: AtomicBool::new(false),
                 teardown_work <- workqueue::new_work!("siw_rs_conn_teardown"),
@@ -1047,6 +1069,16 @@ impl Conn {
         let mut tx = self.tx.lock();
         loop {
             if self.closing.load(Ordering::Acquire) {
+                return Ok(());
+            }
+            if self.await_rtr.load(Ordering::Acquire) {
+                // The receive path kicks the transmitter once the RTR
+                // arrives. A graceful close meanwhile closes at once: what
+                // is queued could not be sent yet, and is flushed.
+                if self.graceful.load(Ordering::Acquire) {
+                    drop(tx);
+                    self.close(None);
+                }
                 return Ok(());
             }
             if !self.flush_batch(&mut tx, gathering, stats)? {
@@ -1395,6 +1427,17 @@ impl Conn {
             Socket::read_sk(sk, &mut |piece: &[u8]| {
                 if failed.is_some() || rx.peer_terminated {
                     return piece.len();
+                }
+                // The initiator has processed the MPA Reply (see
+                // `Conn::start`): this side may send, once the receive path
+                // has queued what these octets ask for (a Read RTR's
+                // response). A plain load first: the swap is for the first
+                // piece only, not for every piece of the stream.
+                if !piece.is_empty()
+                    && self.await_rtr.load(Ordering::Relaxed)
+                    && self.await_rtr.swap(false, Ordering::AcqRel)
+                {
+                    kick = true;
                 }
                 if let Err(e) = self.rx_piece(&mut rx, piece, &mut kick) {
                     failed = Some(e);

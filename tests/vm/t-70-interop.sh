@@ -243,3 +243,38 @@ PY
 		return 1
 	}
 }
+
+# RFC 6581 peer-to-peer mode: the responder sends nothing until the
+# initiator's RTR message is in (an FPDU that reaches the initiator before
+# it has processed the MPA Reply may be taken for part of it). rfc7306's
+# server on rs1 sends its keys (24 octets) as soon as it has accepted;
+# iwarp-peer, the initiator, asks for peer-to-peer mode with one RTR type,
+# waits 1 s before sending the RTR and fails if anything arrived
+# meanwhile, then must receive the keys: the held Send goes once the RTR
+# is in. With a Read RTR, rs1 answers the zero-length Read too, after the
+# hold. (A module that does not hold fails the first step.) The rfc7306
+# server fails afterwards, as the peer speaks no more of its protocol,
+# and is stopped.
+test_76_p2p_responder_waits_for_the_rtr() {
+	peer_topology rs1 siw_rs
+	local rtr port=7181 spid rc
+	for rtr in write read; do
+		ip netns exec h1 timeout 120 "$WP" build/rfc7306 server 10.55.0.1 $port > /tmp/server.log 2>&1 &
+		spid=$!
+		wait_listen h1 $port "$spid"
+		rc=0
+		ip netns exec h2 timeout 60 "$PEER" client --connect 10.55.0.1:$port --p2p --rtr $rtr \
+			--rtr-delay 1000 --mode recv --timeout 50 > /tmp/peer.log 2>&1 || rc=$?
+		kill "$spid" 2>/dev/null || true
+		wait "$spid" 2>/dev/null || true
+		echo "    $rtr RTR:"
+		log_tail '    peer| ' /tmp/peer.log 3
+		[ "$rc" = 0 ] || fail_because "$rtr RTR: the peer failed (exit $rc)" || return 1
+		grep -q "RTR Some(${rtr^})" /tmp/peer.log || fail_because "rs1 did not choose the $rtr RTR" || return 1
+		grep -q 'nothing from the responder in 1000 ms before our RTR' /tmp/peer.log &&
+			grep -q 'received a Send of 24 octets' /tmp/peer.log ||
+			fail_because "$rtr RTR: not silent before the RTR and the keys after it" || return 1
+		port=$((port + 1))
+	done
+	no_qps rs1
+}

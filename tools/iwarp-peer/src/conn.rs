@@ -108,6 +108,53 @@ pub struct Established {
     pub peer: SocketAddr,
 }
 
+impl Established {
+    /// An initiator in peer-to-peer mode, before it sends its RTR: waits
+    /// `d` and fails if the responder sent anything after its MPA Reply
+    /// (RFC 6581: the responder sends nothing until the RTR is in).
+    /// Restores the read timeout to `timeout`.
+    pub fn expect_silence(&self, d: Duration, timeout: Duration) -> Result<()> {
+        if !self.initiator || self.negotiated.rtr.is_none() {
+            return Err(Error::Local(
+                "--rtr-delay needs peer-to-peer mode, as initiator".into(),
+            ));
+        }
+        let early = |n: usize| {
+            Error::Protocol(format!(
+                "the responder sent {n} octet(s) within {} ms of its MPA Reply, before our RTR",
+                d.as_millis()
+            ))
+        };
+        if !self.leftover.is_empty() {
+            return Err(early(self.leftover.len()));
+        }
+        let deadline = Instant::now() + d;
+        let mut b = [0u8; 64];
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            self.stream
+                .set_read_timeout(Some(left))
+                .map_err(|e| Error::io("configure socket", e))?;
+            match self.stream.peek(&mut b) {
+                Ok(0) => return Err(Error::PeerClosed),
+                Ok(n) => return Err(early(n)),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(e) => return Err(Error::io("peek", e)),
+            }
+        }
+        self.stream
+            .set_read_timeout(Some(timeout))
+            .map_err(|e| Error::io("configure socket", e))
+    }
+}
+
 /// Result of the responder side of the handshake.
 #[derive(Debug)]
 pub enum Accepted {

@@ -64,6 +64,13 @@ fn run(o: &Options) -> Result<bool> {
         return Ok(true);
     };
     println!("{}", describe(&est, o.verbose));
+    if let Some(d) = o.rtr_delay {
+        est.expect_silence(d, o.timeout)?;
+        println!(
+            "nothing from the responder in {} ms before our RTR",
+            d.as_millis()
+        );
+    }
     let mut qp = Qp::new(est)?;
     let server = matches!(o.role, Role::Server(_));
     if let Some(kind) = o.inject {
@@ -79,6 +86,12 @@ fn run(o: &Options) -> Result<bool> {
     }
     match o.mode {
         Mode::Handshake => qp.close(),
+        Mode::Recv => {
+            qp.post_recv(o.rping.size);
+            let data = qp.wait_recv()?;
+            println!("received a Send of {} octets", data.len());
+            qp.close();
+        }
         Mode::Rping => {
             let s = if server {
                 rping::server(&mut qp, &o.rping)?

@@ -21,7 +21,10 @@ literals are written [::1]:PORT; port 0 picks a free port (the server
 prints `listening on ADDR`).
 
 Application:
-  --mode rping|handshake  rping protocol (default), or MPA handshake only
+  --mode rping|handshake|recv
+                          rping protocol (default), MPA handshake only, or
+                          the handshake and one Send from the peer (of at
+                          most --size octets; its length is printed)
   --count N               client: pings to run (0: forever; default 1);
                           server: fail unless exactly N pings (default 0: any)
   --size BYTES            rping buffer size, suffix k/m for KiB/MiB (default 64)
@@ -41,6 +44,8 @@ MPA:
   --p2p                   peer-to-peer mode (initiator asks, responder requires)
   --rtr LIST|none         RTR types offered/accepted: write,read,send
                           (default write,read); none disables P2P
+  --rtr-delay MS          client in P2P mode: wait MS before sending the
+                          RTR, and fail if the server sent anything meanwhile
   --private-data HEX      private data of the Request/Reply
   --reject                server: reject the connection
 Hostile peer:
@@ -73,6 +78,8 @@ pub enum Mode {
     Rping,
     /// Only the MPA handshake, then a graceful close.
     Handshake,
+    /// The handshake, then one Send from the peer, then a graceful close.
+    Recv,
 }
 
 /// Everything the command line says.
@@ -94,6 +101,8 @@ pub struct Options {
     pub expect: Option<Expect>,
     /// Bound on every wait.
     pub timeout: Duration,
+    /// Client in P2P mode: how long to wait, silent, before the RTR.
+    pub rtr_delay: Option<Duration>,
     /// Verbose output.
     pub verbose: bool,
 }
@@ -189,6 +198,7 @@ impl Options {
             inject_len: 65536,
             expect: None,
             timeout: Duration::from_secs(10),
+            rtr_delay: None,
             verbose: false,
         };
         let mut addr = None;
@@ -205,7 +215,10 @@ impl Options {
                     o.mode = match args.value(opt)? {
                         "rping" => Mode::Rping,
                         "handshake" => Mode::Handshake,
-                        m => return Err(usage(format!("--mode {m}: want rping or handshake"))),
+                        "recv" => Mode::Recv,
+                        m => {
+                            return Err(usage(format!("--mode {m}: want rping, handshake or recv")))
+                        }
                     }
                 }
                 "--count" => count = Some(number(opt, args.value(opt)?)?),
@@ -231,6 +244,9 @@ impl Options {
                 "--ord" => o.mpa.ord = number(opt, args.value(opt)?)?,
                 "--p2p" => o.mpa.p2p = true,
                 "--rtr" => o.mpa.rtr = rtr_set(args.value(opt)?)?,
+                "--rtr-delay" if cmd == "client" => {
+                    o.rtr_delay = Some(Duration::from_millis(number(opt, args.value(opt)?)?))
+                }
                 "--private-data" => o.mpa.private_data = hex(args.value(opt)?)?,
                 "--reject" => o.mpa.reject = true,
                 "--inject" => {
@@ -272,6 +288,9 @@ impl Options {
         if o.mpa.rtr.is_empty() {
             o.mpa.p2p = false;
         }
+        if o.rtr_delay.is_some() && !o.mpa.p2p {
+            return Err(usage("--rtr-delay needs --p2p"));
+        }
         Ok(o)
     }
 }
@@ -284,6 +303,17 @@ mod tests {
     fn parse(s: &str) -> Result<Options> {
         let v: Vec<String> = s.split_whitespace().map(String::from).collect();
         Options::parse(&v)
+    }
+
+    #[test]
+    fn rtr_delay_needs_p2p_and_a_client() {
+        let o = parse("client --connect 10.0.0.1:1 --p2p --rtr read --rtr-delay 250 --mode recv")
+            .unwrap();
+        assert_eq!(o.rtr_delay, Some(Duration::from_millis(250)));
+        assert_eq!((o.mode, o.mpa.rtr), (Mode::Recv, RtrSet::only(Rtr::Read)));
+        assert!(parse("client --connect 10.0.0.1:1 --rtr-delay 250").is_err());
+        assert!(parse("client --connect 10.0.0.1:1 --p2p --rtr none --rtr-delay 250").is_err());
+        assert!(parse("server --listen 0.0.0.0:1 --p2p --rtr-delay 250").is_err());
     }
 
     #[test]
