@@ -201,12 +201,18 @@ zc_server() {
 
 zc_sends() { cat "/sys/class/infiniband/$1/zcopy_sends"; }
 
-zc_siw_rs() {
-	local n=$1 peer=$2 dev=p$1 before mid after
+# zc_start N: what both sides of test_67 begin with: the kernel log's
+# tail on failure, a bound on the test's time, and the device on the NIC.
+zc_start() {
 	trap 'rc=$?; kill "$HANG_WATCH" 2>/dev/null; [ "$rc" = 0 ] || pair_dmesg' EXIT
 	hang_watch "${PAIR_WATCH:-$((PAIR_WAIT + 900))}"
 	[ -x $ZC_VERIFY ] || fail_because "$ZC_VERIFY is not built" || return 1
-	pair_link "$n" || return 1
+	pair_link "$1"
+}
+
+zc_siw_rs() {
+	local n=$1 peer=$2 dev=p$1 before mid after
+	zc_start "$n" || return 1
 	[ "$(cat /sys/class/infiniband/$dev/zcopy)" = 1 ] || fail_because "zcopy is not on by default on a NIC" || return 1
 	before=$(zc_sends $dev)
 	# 2 % of this side's frames dropped: TCP sends again from the very
@@ -229,21 +235,20 @@ zc_siw_rs() {
 	echo "    24 Sends and Writes and 12 Read Responses sent by reference over the NIC, verified by $PAIR_OTHER"
 	bounded 60 rdma link del $dev || fail_because "rdma link del $dev did not finish" || return 1
 	# The sockets' end: the kernel's last word on their memory accounting.
-	local i
+	local i left
 	for ((i = 0; i < 300; i++)); do
-		[ -z "$(ss -Htan state all "( sport = :$ZC_PORT_READS or dport = :$ZC_PORT_SENDS )" | grep -v TIME-WAIT)" ] && return 0
+		# (grep finds nothing when all is well: `|| true` under set -e.)
+		left=$(ss -Htan state all "( sport = :$ZC_PORT_READS or dport = :$ZC_PORT_SENDS )" | grep -v TIME-WAIT || true)
+		[ -n "$left" ] || return 0
 		nap 0.2
 	done
-	ss -Htan state all "( sport = :$ZC_PORT_READS or dport = :$ZC_PORT_SENDS )" | sed 's/^/    ss| /'
+	printf '%s\n' "$left" | sed 's/^/    ss| /'
 	fail_because "the connections' sockets were not destroyed in 60 s"
 }
 
 zc_siw() {
 	local n=$1 peer=$2
-	trap 'rc=$?; kill "$HANG_WATCH" 2>/dev/null; [ "$rc" = 0 ] || pair_dmesg' EXIT
-	hang_watch "${PAIR_WATCH:-$((PAIR_WAIT + 900))}"
-	[ -x $ZC_VERIFY ] || fail_because "$ZC_VERIFY is not built" || return 1
-	pair_link "$n" || return 1
+	zc_start "$n" || return 1
 	zc_server "10.66.0.$n" $ZC_PORT_SENDS /tmp/zc-server.log || return 1
 	grep -q '12 Sends of 16 KiB-1 MiB verified' /tmp/zc-server.log &&
 		grep -q '12 RDMA Writes of 16 KiB-1 MiB verified' /tmp/zc-server.log ||
