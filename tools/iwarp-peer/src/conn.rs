@@ -18,7 +18,7 @@ use iwarp_core::mpa::{
     MAX_FRAME_LEN,
 };
 
-use crate::error::{Error, Result};
+use crate::error::{is_timeout, Error, Result};
 
 /// MPA settings of one side; the defaults are upstream siw's (revision 2
 /// with the RFC 6581 block, CRC only if the peer asks, no markers, no
@@ -141,11 +141,7 @@ impl Established {
             match self.stream.peek(&mut b) {
                 Ok(0) => return Err(Error::PeerClosed),
                 Ok(n) => return Err(early(n)),
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) => {}
+                Err(e) if is_timeout(&e) => {}
                 Err(e) => return Err(Error::io("peek", e)),
             }
         }

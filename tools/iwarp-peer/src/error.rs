@@ -66,13 +66,25 @@ pub enum Error {
     },
 }
 
+/// Whether `err` is a read that timed out: a socket with a read timeout
+/// reports it as `WouldBlock` (EAGAIN) on Linux, `TimedOut` elsewhere.
+pub fn is_timeout(err: &io::Error) -> bool {
+    matches!(
+        err.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
+}
+
 impl Error {
-    /// An [`Error::Io`] for operation `what`, mapping timeouts, resets and
-    /// early EOF to their own variants.
+    /// An error for operation `what`: a timeout becomes [`Error::Timeout`],
+    /// a reset (or a write to a reset connection) [`Error::PeerReset`],
+    /// anything else [`Error::Io`].
     pub fn io(what: impl Into<String>, err: io::Error) -> Self {
         let what = what.into();
+        if is_timeout(&err) {
+            return Error::Timeout(what);
+        }
         match err.kind() {
-            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Error::Timeout(what),
             // EPIPE: writing to a connection the peer reset.
             io::ErrorKind::ConnectionReset
             | io::ErrorKind::ConnectionAborted
@@ -143,5 +155,35 @@ impl From<TxError> for Error {
 impl From<MpaError> for Error {
     fn from(e: MpaError) -> Self {
         Error::Mpa(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_map_to_timeout() {
+        for kind in [io::ErrorKind::WouldBlock, io::ErrorKind::TimedOut] {
+            assert!(is_timeout(&io::Error::from(kind)));
+            assert!(
+                matches!(Error::io("read", io::Error::from(kind)), Error::Timeout(w) if w == "read")
+            );
+        }
+        for kind in [
+            io::ErrorKind::Interrupted,
+            io::ErrorKind::ConnectionReset,
+            io::ErrorKind::UnexpectedEof,
+        ] {
+            assert!(!is_timeout(&io::Error::from(kind)));
+        }
+        assert!(matches!(
+            Error::io("read", io::ErrorKind::BrokenPipe.into()),
+            Error::PeerReset
+        ));
+        assert!(matches!(
+            Error::io("read", io::ErrorKind::UnexpectedEof.into()),
+            Error::Io { .. }
+        ));
     }
 }

@@ -35,7 +35,7 @@ use iwarp_core::terminate::{
 use iwarp_core::tx::{Message, Transmitter, TxConfig};
 
 use crate::conn::Established;
-use crate::error::{Error, Result};
+use crate::error::{is_timeout, Error, Result};
 
 /// Effective MSS assumed for segmentation (Ethernet MTU, TCP timestamps):
 /// every FPDU fits one TCP segment, as a kernel peer expects.
@@ -501,11 +501,7 @@ impl Wire {
             match self.stream.read(&mut buf) {
                 Ok(0) => break,
                 Ok(_) => {}
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) => {}
+                Err(e) if is_timeout(&e) => {}
                 Err(_) => break,
             }
         }

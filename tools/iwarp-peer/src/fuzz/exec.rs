@@ -26,7 +26,7 @@ use iwarp_core::tx::Message;
 use super::cases::{rtr_set, Case, Expect, Miss, Plan, MARKER_TERM};
 use super::session::{End, Inbound, Session, SINK_STAG, SINK_TO};
 use crate::conn::{self, MpaOptions};
-use crate::error::{term_code_str, Error};
+use crate::error::{is_timeout, term_code_str, Error};
 use crate::inject::{send_segment, set_control, PROBE};
 
 /// Timing and sizes of a run.
@@ -509,9 +509,8 @@ fn mpa_reply(stream: &mut TcpStream, deadline: Instant) -> Outcome {
             Ok(0) if buf.is_empty() => return Outcome::Closed,
             Ok(0) => return Outcome::ClosedMidFpdu,
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if is_timeout(&e) || e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => match e.kind() {
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {}
-                std::io::ErrorKind::Interrupted => {}
                 std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted => {
                     return Outcome::Reset
                 }
@@ -537,11 +536,9 @@ fn close_after_accept(stream: &mut TcpStream, t: &Timing) -> Outcome {
         match stream.read(&mut chunk) {
             Ok(0) => return Outcome::ClosedAfterFin,
             Ok(_) => {}
-            Err(e) => match e.kind() {
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {}
-                std::io::ErrorKind::Interrupted => {}
-                _ => return Outcome::ClosedAfterFin,
-            },
+            Err(e) if is_timeout(&e) || e.kind() == std::io::ErrorKind::Interrupted => {}
+            // A reset counts as the close this case waits for.
+            Err(_) => return Outcome::ClosedAfterFin,
         }
     }
 }

@@ -23,6 +23,7 @@ use iwarp_core::terminate::{RemoteProtectionCode, TermCode, TerminateRepr};
 use iwarp_core::tx::{Message, Transmitter, TxConfig};
 
 use crate::conn::Established;
+use crate::error::is_timeout;
 use crate::qp::EMSS;
 use crate::rping::{self, BufferInfo};
 
@@ -318,8 +319,8 @@ impl Session {
                     })
                 }
                 Ok(n) => self.pending = self.rbuf[..n].to_vec(),
+                Err(e) if is_timeout(&e) => return Err(End::Timeout),
                 Err(e) => match e.kind() {
-                    ErrorKind::WouldBlock | ErrorKind::TimedOut => return Err(End::Timeout),
                     ErrorKind::Interrupted => {}
                     ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted => {
                         return Err(End::Reset)
