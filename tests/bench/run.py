@@ -31,7 +31,10 @@ SIW_RS_BENCH_RUNS_OTHER (runs of the other rows, default 1),
 SIW_RS_BENCH_DURATION (perftest -D and iperf3 -t seconds, default 5),
 SIW_RS_BENCH_MARGIN (perftest -f, default 1), SIW_RS_BENCH_LAT_ITERS
 (latency iterations, default 2000), SIW_RS_BENCH_COMMIT / _DIRTY (from the
-host; git in the guest otherwise).
+host; git in the guest otherwise). For A/B work on a few rows:
+SIW_RS_BENCH_ONLY (comma-separated row keys as the report names them, e.g.
+"ib_send_bw 64 KiB q1,iperf3"; the rows of the chosen mode only) and
+SIW_RS_BENCH_PAIRS (e.g. "siw,mixed"); an unknown name is an error.
 
 Only the Python standard library: the guest is the host's root file system,
 and /usr/bin/python3 is Debian's.
@@ -92,6 +95,14 @@ def env_int(name, default):
     return int(v) if v.strip() else default
 
 
+def env_list(name):
+    return [x.strip() for x in os.environ.get(name, "").split(",") if x.strip()]
+
+
+def pairs(st):
+    return [p for p in PAIRS if not st.pairs or p[0] in st.pairs]
+
+
 class Settings:
     def __init__(self, quick):
         self.quick = quick
@@ -105,6 +116,12 @@ class Settings:
         self.lat_iters = env_int("SIW_RS_BENCH_LAT_ITERS", 2000)
         if self.duration < 2 * self.margin + 1:
             sys.exit("run.py: SIW_RS_BENCH_DURATION must be at least 2 * SIW_RS_BENCH_MARGIN + 1")
+        self.only = env_list("SIW_RS_BENCH_ONLY")
+        self.pairs = env_list("SIW_RS_BENCH_PAIRS")
+        bad = [n for n in self.pairs if n not in [p[0] for p in PAIRS]]
+        if bad:
+            sys.exit("run.py: SIW_RS_BENCH_PAIRS: no pair %s (pairs: %s)" % (
+                ", ".join(bad), ", ".join(p[0] for p in PAIRS)))
 
     def as_dict(self):
         return {
@@ -112,6 +129,7 @@ class Settings:
             "duration_s": self.duration, "margin_s": self.margin,
             "measured_window_s": self.duration - 2 * self.margin,
             "lat_iters": self.lat_iters,
+            "only": self.only, "only_pairs": self.pairs,
             "pairs": {p: {"server": s[1], "client": c[1]} for p, s, c in PAIRS},
         }
 
@@ -160,7 +178,16 @@ def matrix(st):
         rdma += [Test("lat", t, s, 1, s == 2) for t in LAT_TOOLS for s in LAT_SIZES]
     # The TCP yardsticks: iperf3 for bandwidth, a 2 B ping-pong for latency
     # (what a busy-polled TCP round trip costs, with no RDMA layer at all).
-    return rdma, [Test("tcp", "iperf3", headline=True), Test("tcp_lat", "tcp_pingpong", 2, headline=True)]
+    tcp = [Test("tcp", "iperf3", headline=True), Test("tcp_lat", "tcp_pingpong", 2, headline=True)]
+    if st.only:
+        keys = [t.key for t in rdma + tcp]
+        bad = [k for k in st.only if k not in keys]
+        if bad:
+            sys.exit("run.py: SIW_RS_BENCH_ONLY: no row %s in the %s matrix (rows: %s)" % (
+                ", ".join(repr(k) for k in bad), "quick" if st.quick else "full", ", ".join(keys)))
+        rdma = [t for t in rdma if t.key in st.only]
+        tcp = [t for t in tcp if t.key in st.only]
+    return rdma, tcp
 
 
 def plan(st):
@@ -169,7 +196,7 @@ def plan(st):
     rounds = max(t.runs(st) for t in rdma + tcp)
     out = []
     for r in range(rounds):
-        for pair in PAIRS:
+        for pair in pairs(st):
             out += [(r, pair, t) for t in rdma if r < t.runs(st)]
         out += [(r, None, t) for t in tcp if r < t.runs(st)]
     return out
@@ -628,8 +655,8 @@ class Bench:
         rows = []
         tests = self.rdma_tests + self.tcp_tests
         for t in tests:
-            pairs = ["tcp"] if t.kind in TCP_KINDS else [p[0] for p in PAIRS]
-            for pname in pairs:
+            names = ["tcp"] if t.kind in TCP_KINDS else [p[0] for p in pairs(self.st)]
+            for pname in names:
                 rs = [r for r in self.runs if r["test"] == t.key and r["pair"] == pname]
                 if not rs:
                     continue
