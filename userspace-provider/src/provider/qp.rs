@@ -11,13 +11,8 @@ use libc::{EINVAL, EIO, ENOMEM, EOPNOTSUPP, EPROTO};
 
 /// `kflags` bits that make a send queue post ring the doorbell: the kernel
 /// is idle, or the QP is in error and flushes what is posted only when
-/// rung.
-// ABI-QUESTION: uapi/siw_rs-abi.h says of SIW_RS_KF_ERROR "post nothing",
-// but the kernel side flushes entries posted to a QP in ERROR (with
-// IBV_WC_WR_FLUSH_ERR, as the verbs semantics require) when the SQ or RQ
-// doorbell (POST_SEND / POST_RECV with no WRs) is rung. The provider
-// follows the latter; the header comment should say so, and that the RQ
-// has a doorbell in ERROR.
+/// rung (with `IBV_WC_WR_FLUSH_ERR`, as the verbs require; the ABI header
+/// says so for both queues, the RQ's doorbell being rung only then).
 const SQ_DOORBELL: u32 = sys::SIW_RS_KF_SQ_IDLE | sys::SIW_RS_KF_ERROR;
 
 use super::{fail, log_err, zeroed_uninit, Context};
