@@ -24,7 +24,9 @@
 //! (200 x segments) is the cost of one segment, the copy included.
 
 use iwarp_core::crc32c::SoftCrc32c;
-use iwarp_core::ddp::{check_bounds, BufferFields, DdpHeader, Segmenter, TaggedFields, TaggedStream};
+use iwarp_core::ddp::{
+    check_bounds, BufferFields, DdpHeader, Segmenter, TaggedFields, TaggedStream,
+};
 use iwarp_core::mpa;
 use iwarp_core::rdmap::{self, Extensions, Opcode};
 use iwarp_core::rx::{Polled, Receiver, RxConfig, RxEvent, Target};
@@ -58,7 +60,12 @@ fn write_wire(msg: &[u8]) -> (Vec<u8>, Vec<Range<usize>>) {
 }
 
 /// Through the incremental receiver, one segment per call sequence.
-fn through_receiver(rx: &mut Receiver<SoftCrc32c>, wire: &[u8], fpdus: &[Range<usize>], sink: &mut [u8]) -> u64 {
+fn through_receiver(
+    rx: &mut Receiver<SoftCrc32c>,
+    wire: &[u8],
+    fpdus: &[Range<usize>],
+    sink: &mut [u8],
+) -> u64 {
     let room = sink.len() as u32;
     let mut posted = |_qn: u32, _msn: u32, _op: Opcode| Some(room);
     let mut done = 0;
@@ -68,7 +75,8 @@ fn through_receiver(rx: &mut Receiver<SoftCrc32c>, wire: &[u8], fpdus: &[Range<u
             match ev {
                 RxEvent::Header(h) => {
                     if let Target::Tagged { to, .. } = h.target {
-                        check_bounds(to, h.payload_len, TO_BASE, sink.len() as u64).expect("bounds");
+                        check_bounds(to, h.payload_len, TO_BASE, sink.len() as u64)
+                            .expect("bounds");
                     }
                 }
                 RxEvent::Data(p) => {
@@ -86,7 +94,12 @@ fn through_receiver(rx: &mut Receiver<SoftCrc32c>, wire: &[u8], fpdus: &[Range<u
 }
 
 /// Through the incremental receiver, a whole segment per call.
-fn through_segments(rx: &mut Receiver<SoftCrc32c>, wire: &[u8], fpdus: &[Range<usize>], sink: &mut [u8]) -> u64 {
+fn through_segments(
+    rx: &mut Receiver<SoftCrc32c>,
+    wire: &[u8],
+    fpdus: &[Range<usize>],
+    sink: &mut [u8],
+) -> u64 {
     let room = sink.len() as u32;
     let mut posted = |_qn: u32, _msn: u32, _op: Opcode| Some(room);
     let mut done = 0;
@@ -99,7 +112,8 @@ fn through_segments(rx: &mut Receiver<SoftCrc32c>, wire: &[u8], fpdus: &[Range<u
             let Target::Tagged { to, .. } = w.done.header.target else {
                 panic!("untagged data")
             };
-            check_bounds(to, w.done.header.payload_len, TO_BASE, sink.len() as u64).expect("bounds");
+            check_bounds(to, w.done.header.payload_len, TO_BASE, sink.len() as u64)
+                .expect("bounds");
             let at = (to - TO_BASE) as usize;
             sink[at..at + w.data.len()].copy_from_slice(w.data);
             done = w.done.message_len.unwrap_or(done);
@@ -117,7 +131,9 @@ fn by_hand(stream: &mut TaggedStream, wire: &[u8], fpdus: &[Range<usize>], sink:
         rdmap::validate(&h, Extensions::NONE).expect("rdmap");
         let t = h.tagged_fields().expect("tagged");
         let body = &f.ulpdu[h.header_len()..];
-        stream.accept(&t, body.len() as u32, h.last).expect("continuity");
+        stream
+            .accept(&t, body.len() as u32, h.last)
+            .expect("continuity");
         check_bounds(t.to, body.len() as u32, TO_BASE, sink.len() as u64).expect("bounds");
         let at = (t.to - TO_BASE) as usize;
         sink[at..at + body.len()].copy_from_slice(body);
@@ -132,7 +148,11 @@ fn main() -> ExitCode {
         eprintln!("usage: rx_instructions rx|segment|hand [MESSAGE_OCTETS [ITERATIONS]]");
         ExitCode::from(2)
     };
-    let Some(mode) = args.get(1).map(String::as_str).filter(|m| matches!(*m, "rx" | "segment" | "hand")) else {
+    let Some(mode) = args
+        .get(1)
+        .map(String::as_str)
+        .filter(|m| matches!(*m, "rx" | "segment" | "hand"))
+    else {
         return usage();
     };
     let parse = |i: usize, default: usize| args.get(i).map_or(Some(default), |s| s.parse().ok());

@@ -21,8 +21,17 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![deny(non_ascii_idents, rust_2018_idioms, unreachable_pub)]
-#![warn(clippy::all, clippy::float_arithmetic, clippy::mut_mut, clippy::needless_bitwise_bool)]
-#![allow(clippy::collapsible_if, clippy::collapsible_match, clippy::needless_lifetimes)]
+#![warn(
+    clippy::all,
+    clippy::float_arithmetic,
+    clippy::mut_mut,
+    clippy::needless_bitwise_bool
+)]
+#![allow(
+    clippy::collapsible_if,
+    clippy::collapsible_match,
+    clippy::needless_lifetimes
+)]
 
 pub mod crc32c;
 pub mod ddp;

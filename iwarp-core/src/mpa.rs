@@ -2562,7 +2562,10 @@ mod tests {
     /// (siw's "accepts large FPDUs" bit).
     #[test]
     fn reserved_bits_reach_the_peer() {
-        let large = MpaConfig { reserved: RES_LARGE_FPDUS, ..MpaConfig::default() };
+        let large = MpaConfig {
+            reserved: RES_LARGE_FPDUS,
+            ..MpaConfig::default()
+        };
         let plain = MpaConfig::default();
         for (ic, rc, want_i, want_r) in [
             (&large, &large, RES_LARGE_FPDUS, RES_LARGE_FPDUS),
@@ -2575,9 +2578,15 @@ mod tests {
             assert_eq!(r.unwrap().peer_reserved, want_r);
         }
         // Only the low nibble is Res; other bits of the setting are dropped.
-        let odd = MpaConfig { reserved: 0xf3, ..MpaConfig::default() };
+        let odd = MpaConfig {
+            reserved: 0xf3,
+            ..MpaConfig::default()
+        };
         let (i, r) = run(&odd, &odd, 0, 0);
-        assert_eq!((i.unwrap().peer_reserved, r.unwrap().peer_reserved), (0x03, 0x03));
+        assert_eq!(
+            (i.unwrap().peer_reserved, r.unwrap().peer_reserved),
+            (0x03, 0x03)
+        );
     }
 
     #[test]

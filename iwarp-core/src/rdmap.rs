@@ -554,7 +554,13 @@ impl AtomicRequest {
     }
 
     /// The verbs Compare and Swap: all 64 bits compared and swapped.
-    pub const fn cmp_swap(request_id: u32, remote_stag: u32, remote_to: u64, compare: u64, swap: u64) -> Self {
+    pub const fn cmp_swap(
+        request_id: u32,
+        remote_stag: u32,
+        remote_to: u64,
+        compare: u64,
+        swap: u64,
+    ) -> Self {
         AtomicRequest {
             op: AtomicOp::CmpSwap,
             request_id,
@@ -578,7 +584,8 @@ impl AtomicRequest {
     /// - CmpSwap: if `current` and Compare Data agree on the bits of the
     ///   Compare Mask, as Swap; otherwise `current` is unchanged.
     pub const fn apply(&self, current: u64) -> u64 {
-        let swapped = (current & !self.add_or_swap_mask) | (self.add_or_swap_data & self.add_or_swap_mask);
+        let swapped =
+            (current & !self.add_or_swap_mask) | (self.add_or_swap_data & self.add_or_swap_mask);
         match self.op {
             AtomicOp::FetchAdd => masked_add(current, self.add_or_swap_data, self.add_or_swap_mask),
             AtomicOp::Swap => swapped,
@@ -606,7 +613,11 @@ const fn masked_add(a: u64, b: u64, boundaries: u64) -> u64 {
         let y = (b >> i) & 1;
         let s = x + y + carry;
         out |= (s & 1) << i;
-        carry = if (boundaries >> i) & 1 == 1 { 0 } else { s >> 1 };
+        carry = if (boundaries >> i) & 1 == 1 {
+            0
+        } else {
+            s >> 1
+        };
         i += 1;
     }
     out
@@ -1206,15 +1217,31 @@ mod tests {
 
     #[test]
     fn atomic_apply_vectors() {
-        let fa = |cur, add, mask| AtomicRequest { add_or_swap_mask: mask, ..AtomicRequest::fetch_add(1, 2, 8, add) }.apply(cur);
+        let fa = |cur, add, mask| {
+            AtomicRequest {
+                add_or_swap_mask: mask,
+                ..AtomicRequest::fetch_add(1, 2, 8, add)
+            }
+            .apply(cur)
+        };
         assert_eq!(fa(41, 1, 0), 42);
         assert_eq!(fa(u64::MAX, 2, 0), 1);
         // Two 32-bit fields: the low field wraps without touching the high.
         let b = 1u64 << 31;
         assert_eq!(fa(0x0000_0005_ffff_ffff, 1, b), 0x0000_0005_0000_0000);
-        assert_eq!(fa(0x0000_0005_ffff_ffff, 0x0000_0001_0000_0001, b), 0x0000_0006_0000_0000);
+        assert_eq!(
+            fa(0x0000_0005_ffff_ffff, 0x0000_0001_0000_0001, b),
+            0x0000_0006_0000_0000
+        );
         // Eight 8-bit fields.
-        assert_eq!(fa(0x01ff_02fe_0000_0080, 0x0101_0102_0000_0080, 0x8080_8080_8080_8080), 0x0200_0300_0000_0000);
+        assert_eq!(
+            fa(
+                0x01ff_02fe_0000_0080,
+                0x0101_0102_0000_0080,
+                0x8080_8080_8080_8080
+            ),
+            0x0200_0300_0000_0000
+        );
         let cs = AtomicRequest::cmp_swap(1, 2, 8, 7, 99);
         assert_eq!(cs.apply(7), 99);
         assert_eq!(cs.apply(8), 8);
@@ -1226,7 +1253,12 @@ mod tests {
         };
         assert_eq!(m.apply(0x5555_0007), 0xab00_0000_5555_0007);
         assert_eq!(m.apply(0x5555_0008), 0x5555_0008);
-        let sw = AtomicRequest { op: AtomicOp::Swap, add_or_swap_mask: 0xffff, add_or_swap_data: 0x1_2345, ..AtomicRequest::default_for_tests() };
+        let sw = AtomicRequest {
+            op: AtomicOp::Swap,
+            add_or_swap_mask: 0xffff,
+            add_or_swap_data: 0x1_2345,
+            ..AtomicRequest::default_for_tests()
+        };
         assert_eq!(sw.apply(0xffff_0000_0000_0000), 0xffff_0000_0000_2345);
     }
 

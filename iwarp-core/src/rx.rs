@@ -404,9 +404,13 @@ impl<'a> WholeSegment<'a> {
             target: h.target,
             data: self.data,
         }));
-        [Some(RxEvent::Header(h)), data, Some(RxEvent::Done(self.done))]
-            .into_iter()
-            .flatten()
+        [
+            Some(RxEvent::Header(h)),
+            data,
+            Some(RxEvent::Done(self.done)),
+        ]
+        .into_iter()
+        .flatten()
     }
 }
 
@@ -740,7 +744,11 @@ impl<C: CrcEngine> Receiver<C> {
         B: PostedBuffers + ?Sized,
     {
         let whole: &'a [u8] = input;
-        if self.error.is_none() && self.phase == Phase::Length && self.len_got == 0 && self.markers.is_none() {
+        if self.error.is_none()
+            && self.phase == Phase::Length
+            && self.len_got == 0
+            && self.markers.is_none()
+        {
             if let Some(r) = self.whole_header(whole, bufs) {
                 let (n, flow) = r?;
                 let after = whole.get(n..).unwrap_or(&[]);
@@ -779,7 +787,8 @@ impl<C: CrcEngine> Receiver<C> {
         let (Some(data), Some(padding), Some(trailer)) = (
             rest.get(..len),
             rest.get(len..crc_at),
-            rest.get(crc_at..used).and_then(|t| <[u8; CRC_LEN]>::try_from(t).ok()),
+            rest.get(crc_at..used)
+                .and_then(|t| <[u8; CRC_LEN]>::try_from(t).ok()),
         ) else {
             return Ok(None);
         };
@@ -897,10 +906,12 @@ impl<C: CrcEngine> Receiver<C> {
             return Ok((0, Flow::Wait));
         }
         match self.phase {
-            Phase::Length if self.markers.is_none() && self.len_got == 0 => match self.whole_header(rest, bufs) {
-                Some(r) => r,
-                None => self.length_bytes(rest, avail),
-            },
+            Phase::Length if self.markers.is_none() && self.len_got == 0 => {
+                match self.whole_header(rest, bufs) {
+                    Some(r) => r,
+                    None => self.length_bytes(rest, avail),
+                }
+            }
             Phase::Length => self.length_bytes(rest, avail),
             Phase::Header | Phase::Fixed => self.header_bytes(rest, avail, bufs),
             Phase::Payload => self.payload_bytes(rest, avail),
@@ -1495,7 +1506,12 @@ mod tests {
     /// Feeds `pieces` to a new receiver through `poll`, or (`whole`)
     /// through `poll_segment`, where a whole segment counts as its events;
     /// also returns how many segments came whole.
-    fn run_by<B: PostedBuffers>(cfg: RxConfig, pieces: &[&[u8]], bufs: &mut B, whole: bool) -> (Outcome, usize) {
+    fn run_by<B: PostedBuffers>(
+        cfg: RxConfig,
+        pieces: &[&[u8]],
+        bufs: &mut B,
+        whole: bool,
+    ) -> (Outcome, usize) {
         let mut rx = Receiver::new(cfg, SoftCrc32c::new());
         let mut events = Vec::new();
         let mut order = Order::default();
@@ -1553,7 +1569,14 @@ mod tests {
             }
         }
         let boundary = rx.at_fpdu_boundary();
-        (Outcome { events, error: None, boundary }, wholes)
+        (
+            Outcome {
+                events,
+                error: None,
+                boundary,
+            },
+            wholes,
+        )
     }
 
     fn run_with<B: PostedBuffers>(cfg: RxConfig, pieces: &[&[u8]], bufs: &mut B) -> Outcome {
@@ -1570,7 +1593,11 @@ mod tests {
     /// after) are left out.
     fn settled(mut o: Outcome) -> Outcome {
         if o.error.is_some() {
-            let keep = o.events.iter().rposition(|e| matches!(e, Ev::Done(_))).map_or(0, |i| i + 1);
+            let keep = o
+                .events
+                .iter()
+                .rposition(|e| matches!(e, Ev::Done(_)))
+                .map_or(0, |i| i + 1);
             o.events.truncate(keep);
         }
         o
@@ -1578,7 +1605,11 @@ mod tests {
 
     /// `poll_segment` and `poll` agree on `pieces`; returns the number of
     /// whole segments.
-    fn same_both_ways<B: PostedBuffers + Clone>(cfg: RxConfig, pieces: &[&[u8]], bufs: &B) -> usize {
+    fn same_both_ways<B: PostedBuffers + Clone>(
+        cfg: RxConfig,
+        pieces: &[&[u8]],
+        bufs: &B,
+    ) -> usize {
         let by_event = run_with(cfg, pieces, &mut bufs.clone());
         let (by_segment, wholes) = run_by(cfg, pieces, &mut bufs.clone(), true);
         assert_eq!(settled(by_segment), settled(by_event), "{cfg:?}");
@@ -2153,7 +2184,11 @@ mod tests {
                 .filter(|e| matches!(e, Ev::Header(h) if h.fixed.is_none()))
                 .count();
             assert!(data_segments > 0);
-            let want = if c.markers.is_none() { data_segments } else { 0 };
+            let want = if c.markers.is_none() {
+                data_segments
+            } else {
+                0
+            };
             assert_eq!(wholes, want, "{c:?}");
             for i in 0..=s.len() {
                 let (a, b) = s.split_at(i);
@@ -2174,14 +2209,20 @@ mod tests {
         let mut rx = Receiver::new(cfg(true), SoftCrc32c::new());
         let mut rest: &[u8] = &f;
         let e = rx.poll_segment(&mut rest, &mut Unlimited).unwrap_err();
-        assert!(matches!(e.kind, RxErrorKind::Mpa(MpaError::BadCrc { .. })), "{e:?}");
+        assert!(
+            matches!(e.kind, RxErrorKind::Mpa(MpaError::BadCrc { .. })),
+            "{e:?}"
+        );
         assert_eq!(e, run(cfg(true), &f).error.unwrap());
         // poll hands out the header (and the payload) before the CRC
         // field: a caller refusing the segment there would end the stream
         // with its own code instead.
         let mut rx = Receiver::new(cfg(true), SoftCrc32c::new());
         let mut rest: &[u8] = &f;
-        assert!(matches!(rx.poll(&mut rest, &mut Unlimited), Ok(Some(RxEvent::Header(_)))));
+        assert!(matches!(
+            rx.poll(&mut rest, &mut Unlimited),
+            Ok(Some(RxEvent::Header(_)))
+        ));
         let code = TermCode::DdpTagged(TaggedCode::InvalidStag);
         assert_eq!(rx.reject(code).kind, RxErrorKind::Rejected);
         // Intact, it comes whole, its payload the Write's.
@@ -2204,7 +2245,10 @@ mod tests {
         let (by_event, _) = reject_at(&WRITE, |ev| matches!(ev, RxEvent::Done(_)), code);
         let mut rx = Receiver::new(cfg(false), SoftCrc32c::new());
         let mut rest: &[u8] = &WRITE;
-        assert!(matches!(rx.poll_segment(&mut rest, &mut Unlimited), Ok(Some(Polled::Segment(_)))));
+        assert!(matches!(
+            rx.poll_segment(&mut rest, &mut Unlimited),
+            Ok(Some(Polled::Segment(_)))
+        ));
         assert_eq!(rx.reject(code), by_event);
         with_ddp_header(&by_event, &WRITE[2..16], 5);
     }

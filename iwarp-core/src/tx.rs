@@ -145,8 +145,8 @@
 
 use super::crc32c::CrcEngine;
 use super::ddp::{
-    copy_octets, BufferFields, DdpHeader, EmitError, Segment, SegmentError, Segmenter, TaggedFields, UntaggedFields,
-    INITIAL_MSN, UNTAGGED_HEADER_LEN,
+    copy_octets, BufferFields, DdpHeader, EmitError, Segment, SegmentError, Segmenter,
+    TaggedFields, UntaggedFields, INITIAL_MSN, UNTAGGED_HEADER_LEN,
 };
 use super::mpa::{self, MarkerState, Negotiated, CRC_LEN, ULPDU_LENGTH_LEN};
 use super::rdmap::{

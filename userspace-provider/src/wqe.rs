@@ -210,7 +210,7 @@ pub fn set_sges(sqe: &mut Sqe, sges: &[ibv_sge], limits: &Limits) -> Result<(), 
     // An atomic returns the original value into one 8-byte buffer, and its
     // target must be naturally aligned (RFC 7306); the kernel would fail
     // the QP for either, so the verb call fails instead.
-    if atomic && (sges.len() != 1 || sges[0].length != 8 || sqe.remote_addr % 8 != 0) {
+    if atomic && (sges.len() != 1 || sges[0].length != 8 || !sqe.remote_addr.is_multiple_of(8)) {
         return Err(EINVAL);
     }
     let (sge, n) = to_sges(sges, limits.max_sge)?;
@@ -464,13 +464,37 @@ mod tests {
     /// with Immediate is refused (RFC 7306 has none); all before the ring.
     #[test]
     fn atomic_and_immediate_checks() {
-        let fa = |remote_addr| new_sqe(1, SendOp::FetchAdd { remote_addr, rkey: 2, add: 3 }, 0);
-        let cs = |remote_addr| new_sqe(1, SendOp::CmpSwp { remote_addr, rkey: 2, compare: 3, swap: 4 }, 0);
+        let fa = |remote_addr| {
+            new_sqe(
+                1,
+                SendOp::FetchAdd {
+                    remote_addr,
+                    rkey: 2,
+                    add: 3,
+                },
+                0,
+            )
+        };
+        let cs = |remote_addr| {
+            new_sqe(
+                1,
+                SendOp::CmpSwp {
+                    remote_addr,
+                    rkey: 2,
+                    compare: 3,
+                    swap: 4,
+                },
+                0,
+            )
+        };
         for mut s in [fa(0x1008), cs(0x1008)] {
             assert_eq!(set_sges(&mut s, &[sge(0x10, 8, 1)], &L), Ok(()));
             assert_eq!(sges_of(&s), vec![(0x10, 8, 1)]);
             assert_eq!(set_sges(&mut s, &[sge(0x10, 4, 1)], &L), Err(EINVAL));
-            assert_eq!(set_sges(&mut s, &[sge(0x10, 4, 1), sge(0x20, 4, 1)], &L), Err(EINVAL));
+            assert_eq!(
+                set_sges(&mut s, &[sge(0x10, 4, 1), sge(0x20, 4, 1)], &L),
+                Err(EINVAL)
+            );
             assert_eq!(set_sges(&mut s, &[], &L), Err(EINVAL));
             assert_eq!(set_inline(&mut s, [&[0u8; 8][..]], &L), Err(EINVAL));
         }
@@ -480,7 +504,15 @@ mod tests {
         let mut s = new_sqe(1, SendOp::SendImm { imm: 1 }, 0);
         assert_eq!(set_sges(&mut s, &[sge(0x10, 8, 1)], &L), Err(ENOTSUP));
         assert_eq!(set_inline(&mut s, [&b"x"[..]], &L), Err(ENOTSUP));
-        let mut w = new_sqe(1, SendOp::WriteImm { remote_addr: 3, rkey: 2, imm: 1 }, 0);
+        let mut w = new_sqe(
+            1,
+            SendOp::WriteImm {
+                remote_addr: 3,
+                rkey: 2,
+                imm: 1,
+            },
+            0,
+        );
         assert_eq!(set_sges(&mut w, &[sge(0x10, 5, 1)], &L), Ok(()));
         assert_eq!(set_inline(&mut w, [&b"x"[..]], &L), Ok(()));
     }

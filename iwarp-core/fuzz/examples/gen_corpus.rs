@@ -20,6 +20,7 @@
 use iwarp_core::crc32c::SoftCrc32c;
 use iwarp_core::ddp::DdpHeader;
 use iwarp_core::mpa::{self, MarkerState};
+use iwarp_core::rdmap::Opcode;
 use iwarp_core::rdmap::{self, AtomicOp};
 use iwarp_core::terminate::{
     MpaCode, RemoteOperationCode, RemoteProtectionCode, TaggedCode, TermCode, TerminateRepr,
@@ -29,11 +30,6 @@ use iwarp_core_fuzz::hs::{
     HsInput, Side, A_FEED_MORE, A_REJECT, A_SHORT_FIRST, F_CRC_ON, F_CRC_PREFER_OFF, F_ENHANCED,
     F_MARKERS_RX, F_MARKERS_TX, F_P2P, F_STRICT, F_V2, R_READ, R_SEND, R_WRITE,
 };
-use iwarp_core_fuzz::wire::{
-    SEL_CRC, SEL_DDP_SEGMENT, SEL_ENHANCED, SEL_FPDU, SEL_FPDU_MARKERS, SEL_FPDU_STREAM,
-    SEL_MPA_FRAME, SEL_MULPDU, SEL_QUEUES, SEL_RDMAP_FIXED, SEL_SEGMENTER, SEL_TERMINATE,
-};
-use iwarp_core::rdmap::Opcode;
 use iwarp_core_fuzz::rx_stream::{
     RxInput, F_ATOMICS, F_CRC, F_FLIP, F_IMMEDIATE, F_INTERLEAVE, F_MARKERS, F_RAW, F_REJECT,
     P_EXACT,
@@ -41,6 +37,10 @@ use iwarp_core_fuzz::rx_stream::{
 use iwarp_core_fuzz::stream::{MsgSpec, V_BIG, V_TERM_BAD, V_TERM_M, V_TERM_R};
 use iwarp_core_fuzz::tx_roundtrip::{
     TxInput, T_ATOMICS, T_CRC, T_FLIP, T_IMMEDIATE, T_MARKERS, T_SCATTERED, T_SMALL_BATCH,
+};
+use iwarp_core_fuzz::wire::{
+    SEL_CRC, SEL_DDP_SEGMENT, SEL_ENHANCED, SEL_FPDU, SEL_FPDU_MARKERS, SEL_FPDU_STREAM,
+    SEL_MPA_FRAME, SEL_MULPDU, SEL_QUEUES, SEL_RDMAP_FIXED, SEL_SEGMENTER, SEL_TERMINATE,
 };
 use std::path::{Path, PathBuf};
 
@@ -1356,8 +1356,20 @@ fn every_opcode() -> Vec<MsgSpec> {
         spec(Opcode::SendSeInvalidate, 7, 5, 0x0bad_f00d, 0),
         spec(Opcode::ImmediateData, 8, 0, 0, 0x0102_0304_0506_0708),
         spec(Opcode::ImmediateDataSe, 9, 0, 0, 0x1112_1314_1516_1718),
-        spec(Opcode::AtomicRequest, 1, 0, 0x0000_0042, 0x0000_0000_0001_0000),
-        spec(Opcode::AtomicResponse, 0, 0, 0x0000_0042, 0xffff_ffff_0000_0001),
+        spec(
+            Opcode::AtomicRequest,
+            1,
+            0,
+            0x0000_0042,
+            0x0000_0000_0001_0000,
+        ),
+        spec(
+            Opcode::AtomicResponse,
+            0,
+            0,
+            0x0000_0042,
+            0xffff_ffff_0000_0001,
+        ),
     ]
 }
 
@@ -1419,11 +1431,21 @@ fn rx_seeds(o: &mut Out) {
         ("script-all-opcodes-nocrc", 0, 0, 1440),
         ("script-all-opcodes-crc-markers", F_CRC | F_MARKERS, 0, 1440),
         ("script-all-opcodes-markers-mid", F_MARKERS, 508, 1440),
-        ("script-all-opcodes-crc-markers-big", F_CRC | F_MARKERS, 100, 65535),
+        (
+            "script-all-opcodes-crc-markers-big",
+            F_CRC | F_MARKERS,
+            100,
+            65535,
+        ),
         ("script-multi-fpdu-crc-markers", F_CRC | F_MARKERS, 0, 120),
         ("script-multi-fpdu-nocrc", 0, 0, 19),
     ] {
-        o.put(name, &rx_script(flags | ext, start, mulpdu, all.clone()).encode(), r, "ok");
+        o.put(
+            name,
+            &rx_script(flags | ext, start, mulpdu, all.clone()).encode(),
+            r,
+            "ok",
+        );
     }
     let mut x = rx_script(F_CRC | F_MARKERS | ext, 0, 300, all.clone());
     x.schedule = vec![1, 7, 0, 255, 3, 64];
@@ -1451,8 +1473,16 @@ fn rx_seeds(o: &mut Out) {
         spec(Opcode::ImmediateData, 7, 0, 0, 5),
     ];
     for (name, flags, order) in [
-        ("script-interleaved", F_CRC, vec![1, 0, 1, 0, 2, 1, 0, 3, 1, 0, 1, 4, 0]),
-        ("script-interleaved-markers", F_CRC | F_MARKERS, vec![0, 1, 2, 3, 4, 0, 1, 0, 1, 0, 1]),
+        (
+            "script-interleaved",
+            F_CRC,
+            vec![1, 0, 1, 0, 2, 1, 0, 3, 1, 0, 1, 4, 0],
+        ),
+        (
+            "script-interleaved-markers",
+            F_CRC | F_MARKERS,
+            vec![0, 1, 2, 3, 4, 0, 1, 0, 1, 0, 1],
+        ),
         ("script-interleaved-nocrc", F_MARKERS, vec![7; 40]),
     ] {
         let mut x = rx_script(flags | F_INTERLEAVE | ext, 0, 200, mixed.clone());
@@ -1463,16 +1493,32 @@ fn rx_seeds(o: &mut Out) {
     // Terminates: at the end, with headers attached, and followed by data.
     let mut t = all.clone();
     t.push(term_spec(0x12, 0x02, 2 | V_TERM_M, 77, 5));
-    o.put("script-terminate-at-end", &rx_script(F_CRC | ext, 0, 1440, t).encode(), r, "Terminate");
+    o.put(
+        "script-terminate-at-end",
+        &rx_script(F_CRC | ext, 0, 1440, t).encode(),
+        r,
+        "Terminate",
+    );
     for (name, var) in [
         ("script-terminate-read-request", 3 | V_TERM_M | V_TERM_R),
         ("script-terminate-tagged-hdr", 1),
         ("script-terminate-bare", 0),
     ] {
-        let msgs = vec![spec(Opcode::Send, 1, 10, 0, 0), term_spec(0x02, 0x06, var, 40, 9)];
-        o.put(name, &rx_script(F_CRC | F_MARKERS, 0, 100, msgs).encode(), r, "Terminate");
+        let msgs = vec![
+            spec(Opcode::Send, 1, 10, 0, 0),
+            term_spec(0x02, 0x06, var, 40, 9),
+        ];
+        o.put(
+            name,
+            &rx_script(F_CRC | F_MARKERS, 0, 100, msgs).encode(),
+            r,
+            "Terminate",
+        );
     }
-    let msgs = vec![term_spec(0x00, 0x01, 0, 0, 0), spec(Opcode::Send, 1, 10, 0, 0)];
+    let msgs = vec![
+        term_spec(0x00, 0x01, 0, 0, 0),
+        spec(Opcode::Send, 1, 10, 0, 0),
+    ];
     o.put(
         "script-data-after-terminate",
         &rx_script(F_CRC, 0, 100, msgs).encode(),
@@ -1508,11 +1554,29 @@ fn rx_seeds(o: &mut Out) {
     // Flipped octets.
     for (name, flags, pos, mask, expect) in [
         ("flip-payload-crc", F_CRC, 100u32, 0x20u8, "flip detected"),
-        ("flip-header-crc-markers", F_CRC | F_MARKERS, 2, 0x40, "flip detected"),
+        (
+            "flip-header-crc-markers",
+            F_CRC | F_MARKERS,
+            2,
+            0x40,
+            "flip detected",
+        ),
         ("flip-crc-field", F_CRC, 335, 0x01, "flip detected"),
         ("flip-length-crc", F_CRC, 0, 0x01, "flip undetected"),
-        ("flip-payload-nocrc", F_MARKERS, 1000, 0xff, "flip undetected"),
-        ("flip-marker-crc", F_CRC | F_MARKERS, 514, 0x80, "flip detected"),
+        (
+            "flip-payload-nocrc",
+            F_MARKERS,
+            1000,
+            0xff,
+            "flip undetected",
+        ),
+        (
+            "flip-marker-crc",
+            F_CRC | F_MARKERS,
+            514,
+            0x80,
+            "flip detected",
+        ),
     ] {
         let mut x = rx_script(flags | ext | F_FLIP, 0, 300, all.clone());
         x.flip = (pos, mask);
@@ -1523,16 +1587,33 @@ fn rx_seeds(o: &mut Out) {
     // --- hostile raw streams ----------------------------------------------
     let p = b"payload!";
     let s1 = send_ulpdu(3, true, 1, 0, p);
-    o.put("raw-empty", &rx_raw(F_CRC, 0, 0x01, [100, 0, 0, 0], vec![]).encode(), r, "ok");
+    o.put(
+        "raw-empty",
+        &rx_raw(F_CRC, 0, 0x01, [100, 0, 0, 0], vec![]).encode(),
+        r,
+        "ok",
+    );
     o.put(
         "raw-send",
-        &rx_raw(F_CRC, 0, 0x01, [100, 0, 0, 0], raw_stream(&[s1.clone()], None, true)).encode(),
+        &rx_raw(
+            F_CRC,
+            0,
+            0x01,
+            [100, 0, 0, 0],
+            raw_stream(&[s1.clone()], None, true),
+        )
+        .encode(),
         r,
         "ok",
     );
     let mut half = raw_stream(&[s1.clone(), s1.clone()], None, false);
     half.truncate(40);
-    o.put("raw-truncated", &rx_raw(0, 0, 0x01, [100, 0, 0, 0], half).encode(), r, "ok");
+    o.put(
+        "raw-truncated",
+        &rx_raw(0, 0, 0x01, [100, 0, 0, 0], half).encode(),
+        r,
+        "ok",
+    );
     let two = vec![
         send_ulpdu(3, false, 1, 0, &[1; 600]),
         send_ulpdu(3, true, 1, 600, &[2; 10]),
@@ -1541,8 +1622,14 @@ fn rx_seeds(o: &mut Out) {
     ];
     o.put(
         "raw-messages-markers",
-        &rx_raw(F_CRC | F_MARKERS, 0, 0x01, [4096, 0, 0, 0], raw_stream(&two, Some(0), true))
-            .encode(),
+        &rx_raw(
+            F_CRC | F_MARKERS,
+            0,
+            0x01,
+            [4096, 0, 0, 0],
+            raw_stream(&two, Some(0), true),
+        )
+        .encode(),
         r,
         "ok",
     );
@@ -1559,7 +1646,12 @@ fn rx_seeds(o: &mut Out) {
     );
     let mut lenbad = raw_stream(&[s1.clone()], None, false);
     lenbad[1] = 5;
-    o.put("raw-ulpdu-length-5", &rx_raw(0, 0, 1, [100, 0, 0, 0], lenbad).encode(), r, "ULPDU length");
+    o.put(
+        "raw-ulpdu-length-5",
+        &rx_raw(0, 0, 1, [100, 0, 0, 0], lenbad).encode(),
+        r,
+        "ULPDU length",
+    );
     let mut ver = s1.clone();
     ver[0] = 0x42; // DDP version 2
     o.put(
@@ -1579,7 +1671,12 @@ fn rx_seeds(o: &mut Out) {
     let mut crcbad = raw_stream(&[s1.clone()], None, true);
     let n = crcbad.len();
     crcbad[n - 1] ^= 1;
-    o.put("raw-bad-crc", &rx_raw(F_CRC, 0, 1, [100, 0, 0, 0], crcbad).encode(), r, "CRC");
+    o.put(
+        "raw-bad-crc",
+        &rx_raw(F_CRC, 0, 1, [100, 0, 0, 0], crcbad).encode(),
+        r,
+        "CRC",
+    );
     let mut mk = raw_stream(&two, Some(0), false);
     mk[512 + 3] ^= 0x10; // FPDUPTR of the second marker
     o.put(
@@ -1588,14 +1685,20 @@ fn rx_seeds(o: &mut Out) {
         r,
         "marker",
     );
-    let change = vec![send_ulpdu(3, false, 1, 0, &[1; 8]), send_ulpdu(5, true, 1, 8, &[2; 8])];
+    let change = vec![
+        send_ulpdu(3, false, 1, 0, &[1; 8]),
+        send_ulpdu(5, true, 1, 8, &[2; 8]),
+    ];
     o.put(
         "raw-opcode-changed",
         &rx_raw(0, 0, 1, [100, 0, 0, 0], raw_stream(&change, None, false)).encode(),
         r,
         "opcode changed",
     );
-    let stag = vec![write_ulpdu(false, 9, 0, &[1; 8]), write_ulpdu(true, 10, 8, &[2; 8])];
+    let stag = vec![
+        write_ulpdu(false, 9, 0, &[1; 8]),
+        write_ulpdu(true, 10, 8, &[2; 8]),
+    ];
     o.put(
         "raw-stag-changed",
         &rx_raw(0, 0, 1, [100, 0, 0, 0], raw_stream(&stag, None, false)).encode(),
@@ -1631,11 +1734,24 @@ fn rx_seeds(o: &mut Out) {
     );
     o.put(
         "raw-terminate",
-        &rx_raw(F_CRC | F_MARKERS, 4, 0, [0; 4], raw_stream(&[tu], Some(4), true)).encode(),
+        &rx_raw(
+            F_CRC | F_MARKERS,
+            4,
+            0,
+            [0; 4],
+            raw_stream(&[tu], Some(4), true),
+        )
+        .encode(),
         r,
         "Terminate",
     );
-    let mut x = rx_raw(F_REJECT, 0, 1, [100, 0, 0, 0], raw_stream(&[s1], None, false));
+    let mut x = rx_raw(
+        F_REJECT,
+        0,
+        1,
+        [100, 0, 0, 0],
+        raw_stream(&[s1], None, false),
+    );
     x.reject = (0, 0x12, 0x05);
     o.put("raw-reject", &x.encode(), r, "rejected");
 }
@@ -1659,15 +1775,50 @@ fn tx_seeds(o: &mut Out) {
     for (name, flags, start, mulpdu, budget, sends) in [
         ("tx-all-opcodes-crc", T_CRC, 0, 1440u16, 0u16, vec![]),
         ("tx-all-opcodes-nocrc", 0, 0, 1440, 0, vec![]),
-        ("tx-all-opcodes-crc-markers", T_CRC | T_MARKERS, 0, 1440, 0, vec![]),
-        ("tx-markers-mid-stream", T_CRC | T_MARKERS, 1020, 536, 0, vec![]),
+        (
+            "tx-all-opcodes-crc-markers",
+            T_CRC | T_MARKERS,
+            0,
+            1440,
+            0,
+            vec![],
+        ),
+        (
+            "tx-markers-mid-stream",
+            T_CRC | T_MARKERS,
+            1020,
+            536,
+            0,
+            vec![],
+        ),
         ("tx-short-sends", T_CRC, 0, 200, 0, vec![100, 1, 0, 37]),
-        ("tx-short-sends-markers", T_MARKERS, 8, 300, 700, vec![251, 2, 0, 255]),
+        (
+            "tx-short-sends-markers",
+            T_MARKERS,
+            8,
+            300,
+            700,
+            vec![251, 2, 0, 255],
+        ),
         ("tx-budget-small", T_CRC | T_MARKERS, 0, 100, 150, vec![60]),
-        ("tx-mulpdu-65535-markers", T_CRC | T_MARKERS, 0, 65535, 0, vec![200, 3]),
+        (
+            "tx-mulpdu-65535-markers",
+            T_CRC | T_MARKERS,
+            0,
+            65535,
+            0,
+            vec![200, 3],
+        ),
         ("tx-mulpdu-19", T_CRC, 0, 19, 64, vec![9, 0]),
         ("tx-small-batch", T_CRC | T_SMALL_BATCH, 0, 40, 0, vec![17]),
-        ("tx-small-batch-markers-big", T_CRC | T_MARKERS | T_SMALL_BATCH, 0, 9000, 0, vec![]),
+        (
+            "tx-small-batch-markers-big",
+            T_CRC | T_MARKERS | T_SMALL_BATCH,
+            0,
+            9000,
+            0,
+            vec![],
+        ),
     ] {
         let mut x = tx_script(flags | ext, start, mulpdu, all.clone());
         x.budget = budget;
@@ -1728,7 +1879,12 @@ fn tx_seeds(o: &mut Out) {
     );
     for (name, flags, pos, expect) in [
         ("tx-flip-crc", T_CRC, 77u32, "flip detected"),
-        ("tx-flip-crc-markers", T_CRC | T_MARKERS, 600, "flip detected"),
+        (
+            "tx-flip-crc-markers",
+            T_CRC | T_MARKERS,
+            600,
+            "flip detected",
+        ),
         ("tx-flip-nocrc", T_MARKERS, 77, "flip undetected"),
     ] {
         let mut x = tx_script(flags | ext | T_FLIP, 0, 300, all.clone());

@@ -203,8 +203,9 @@ pub fn run(data: &[u8]) -> &'static str {
     let reject = if flags & F_REJECT != 0 {
         let idx = inp.u8();
         let (lt, code) = (inp.u8(), inp.u8());
-        let code = TermCode::from_wire(lt >> 4, lt & 0x0f, code)
-            .unwrap_or(TermCode::RdmapRemoteOperation(RemoteOperationCode::Unspecified));
+        let code = TermCode::from_wire(lt >> 4, lt & 0x0f, code).unwrap_or(
+            TermCode::RdmapRemoteOperation(RemoteOperationCode::Unspecified),
+        );
         Some((usize::from(idx), code))
     } else {
         None
@@ -248,7 +249,15 @@ pub fn run(data: &[u8]) -> &'static str {
         let lane = m.opcode().queue_number().map_or(0, |qn| 1 + qn as usize);
         lanes[lane].push((i, segs));
     }
-    emit_lanes(&mut r, &mut lanes, if flags & F_INTERLEAVE != 0 { order } else { &[] });
+    emit_lanes(
+        &mut r,
+        &mut lanes,
+        if flags & F_INTERLEAVE != 0 {
+            order
+        } else {
+            &[]
+        },
+    );
     let posted = if posted_bits & P_EXACT != 0 {
         Posted::exact(&r)
     } else {

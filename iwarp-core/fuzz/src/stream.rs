@@ -24,18 +24,17 @@
 use iwarp_core::crc32c::{crc32c, CrcEngine, SoftCrc32c};
 use iwarp_core::ddp::{
     last_to, BufferFields, ControlField, DdpError, DdpHeader, Segment, SegmentError, Segmenter,
-    TaggedError,
-    TaggedFields, UntaggedError, UntaggedFields, INITIAL_MSN, TAGGED_HEADER_LEN,
+    TaggedError, TaggedFields, UntaggedError, UntaggedFields, INITIAL_MSN, TAGGED_HEADER_LEN,
     UNTAGGED_HEADER_LEN,
 };
 use iwarp_core::mpa::{self, MarkerState, MpaError, MARKER_INTERVAL, MARKER_LEN};
 use iwarp_core::rdmap::{
-    self, AtomicOp, AtomicRequest, AtomicResponse, ImmediateData, Opcode,
-    PayloadKind, RdmapError, ReadRequest, QUEUE_COUNT,
+    self, AtomicOp, AtomicRequest, AtomicResponse, ImmediateData, Opcode, PayloadKind, RdmapError,
+    ReadRequest, QUEUE_COUNT,
 };
 use iwarp_core::rx::{
-    FixedPayload, PostedBuffers, Receiver, RxConfig, RxError, RxErrorKind, RxEvent, SegmentDone,
-    Polled, SegmentHeader, Target, MAX_FIXED_LEN, MIN_ULPDU_LEN,
+    FixedPayload, Polled, PostedBuffers, Receiver, RxConfig, RxError, RxErrorKind, RxEvent,
+    SegmentDone, SegmentHeader, Target, MAX_FIXED_LEN, MIN_ULPDU_LEN,
 };
 use iwarp_core::terminate::{
     self, HeaderCopy, HeaderPolicy, MpaCode, RemoteOperationCode, TermCode, TerminateRepr,
@@ -147,9 +146,17 @@ impl MsgSpec {
     pub fn message(&self, len: u32, bad_terminate: bool) -> Message {
         let (a, b, var) = (self.a, self.b, self.var);
         match self.opcode() {
-            Opcode::RdmaWrite => Message::RdmaWrite { len, stag: a, to: b },
+            Opcode::RdmaWrite => Message::RdmaWrite {
+                len,
+                stag: a,
+                to: b,
+            },
             Opcode::RdmaReadRequest => Message::ReadRequest(read_request(a, b, self.len, var)),
-            Opcode::RdmaReadResponse => Message::ReadResponse { len, stag: a, to: b },
+            Opcode::RdmaReadResponse => Message::ReadResponse {
+                len,
+                stag: a,
+                to: b,
+            },
             Opcode::Send => Message::Send { len },
             Opcode::SendInvalidate => Message::SendInvalidate { len, stag: a },
             Opcode::SendSe => Message::SendSe { len },
@@ -205,8 +212,9 @@ fn emit_header(h: &DdpHeader) -> Vec<u8> {
 
 fn terminate_repr(a: u32, b: u64, var: u8, len: u16, bad: bool) -> TerminateRepr {
     let [x, y, _, _] = a.to_be_bytes();
-    let code = TermCode::from_wire(x >> 4, x & 0x0f, y)
-        .unwrap_or(TermCode::RdmapRemoteOperation(RemoteOperationCode::Unspecified));
+    let code = TermCode::from_wire(x >> 4, x & 0x0f, y).unwrap_or(TermCode::RdmapRemoteOperation(
+        RemoteOperationCode::Unspecified,
+    ));
     let mut t = TerminateRepr::new(code);
     let seg = match var & V_TERM_ATTACH {
         0 => None,
@@ -222,7 +230,9 @@ fn terminate_repr(a: u32, b: u64, var: u8, len: u16, bad: bool) -> TerminateRepr
         _ => {
             let mut s = emit_header(&DdpHeader::untagged(1, true, 0, 1, b as u32, 0));
             let mut rr = [0u8; rdmap::READ_REQUEST_LEN];
-            read_request(a, b, len, var).emit(&mut rr).expect("emit of a Read Request");
+            read_request(a, b, len, var)
+                .emit(&mut rr)
+                .expect("emit of a Read Request");
             s.extend_from_slice(&rr);
             Some(s)
         }
@@ -411,9 +421,8 @@ impl RefStream {
             }
             _ => BufferFields::Untagged(UntaggedFields {
                 rsvd_ulp: match message {
-                    Message::SendInvalidate { stag, .. } | Message::SendSeInvalidate { stag, .. } => {
-                        stag
-                    }
+                    Message::SendInvalidate { stag, .. }
+                    | Message::SendSeInvalidate { stag, .. } => stag,
                     _ => 0,
                 },
                 qn: op.queue_number().expect("untagged"),
@@ -454,8 +463,13 @@ impl RefStream {
         } else {
             None
         };
-        let n = mpa::emit_fpdu(&ulpdu, self.markers.as_mut(), engine, &mut self.wire[start..])
-            .expect("emit_fpdu");
+        let n = mpa::emit_fpdu(
+            &ulpdu,
+            self.markers.as_mut(),
+            engine,
+            &mut self.wire[start..],
+        )
+        .expect("emit_fpdu");
         assert_eq!(n, len);
         self.msgs[msg].segs.push(self.segs.len());
         self.segs.push(RefSeg {
@@ -1028,7 +1042,10 @@ impl<'f> Model<'f> {
         assert_eq!(h.opcode, op);
         assert_eq!(h.last, hdr.last);
         assert_eq!(h.target, target_of(&hdr));
-        assert_eq!(h.payload_len as usize, payload, "payload = ULPDU_Length - header");
+        assert_eq!(
+            h.payload_len as usize, payload,
+            "payload = ULPDU_Length - header"
+        );
         assert_eq!(h.invalidate_stag, rdmap::invalidate_stag(&hdr));
         if op.carries_ulp_data() {
             assert_eq!(h.fixed, None);
@@ -1094,7 +1111,11 @@ impl<'f> Model<'f> {
                 match prev {
                     Some(p) => {
                         assert!(!h.first);
-                        assert_eq!((t.stag, t.to, op), (p.stag, p.next_to, p.op), "continuation");
+                        assert_eq!(
+                            (t.stag, t.to, op),
+                            (p.stag, p.next_to, p.op),
+                            "continuation"
+                        );
                         assert!(!(p.at_top && len > 0), "TO wrapped");
                     }
                     None => assert!(h.first),
@@ -1129,7 +1150,10 @@ impl<'f> Model<'f> {
         assert!(end <= u64::from(h.payload_len), "Data past the payload");
         assert!(end <= *bound, "Data past the posted buffer");
         if let Target::Tagged { to, .. } = h.target {
-            assert!(u128::from(to) + u128::from(end) <= 1u128 << 64, "Data past TO 2^64");
+            assert!(
+                u128::from(to) + u128::from(end) <= 1u128 << 64,
+                "Data past TO 2^64"
+            );
         }
         let hl = header_len(h.opcode);
         let from = hl + *placed as usize;
@@ -1197,14 +1221,18 @@ impl<'f> Model<'f> {
                 let (hdr, op, payload) = self
                     .stateless()
                     .unwrap_or_else(|k| panic!("{e:?} where {k:?} was due"));
-                let u = hdr.untagged_fields().expect("untagged error of a tagged segment");
+                let u = hdr
+                    .untagged_fields()
+                    .expect("untagged error of a tagged segment");
                 self.justify_untagged(ue, &u, op, payload as u32, new_queries);
             }
             RxErrorKind::Tagged(te) => {
                 let (hdr, op, payload) = self
                     .stateless()
                     .unwrap_or_else(|k| panic!("{e:?} where {k:?} was due"));
-                let t = hdr.tagged_fields().expect("tagged error of an untagged segment");
+                let t = hdr
+                    .tagged_fields()
+                    .expect("tagged error of an untagged segment");
                 assert!(new_queries.is_empty());
                 let len = payload as u32;
                 let wraps = last_to(t.to, len).is_err();
@@ -1262,7 +1290,10 @@ impl<'f> Model<'f> {
         assert!(u.qn < self.queues, "{ue:?} for QN {}", u.qn);
         let q = self.q[u.qn as usize];
         if let UntaggedError::MsnRange { expected, got } = ue {
-            assert!(got == u.msn && expected == q.next_msn && got != expected, "{ue:?}");
+            assert!(
+                got == u.msn && expected == q.next_msn && got != expected,
+                "{ue:?}"
+            );
             assert!(new_queries.is_empty());
             return;
         }
@@ -1294,7 +1325,10 @@ impl<'f> Model<'f> {
             }
             UntaggedError::InvalidMo { expected, got } => {
                 assert!(buffer.is_some(), "{ue:?}");
-                assert!(expected == received && got == u.mo && got != expected, "{ue:?}");
+                assert!(
+                    expected == received && got == u.mo && got != expected,
+                    "{ue:?}"
+                );
             }
             UntaggedError::MessageTooLong { buffer_len, needed } => {
                 assert_eq!(u.mo, received, "{ue:?}");
@@ -1333,7 +1367,13 @@ struct Pieces<'w, 'c> {
 
 impl<'w, 'c> Pieces<'w, 'c> {
     fn new(wire: &'w [u8], cuts: Cuts<'c>) -> Self {
-        Pieces { wire, cuts, at: 0, empties: 64, first: true }
+        Pieces {
+            wire,
+            cuts,
+            at: 0,
+            empties: 64,
+            first: true,
+        }
     }
 }
 
@@ -1456,7 +1496,11 @@ pub fn drive(
         let f = f.expect("error beyond the stream");
         check_error(&e, rejected, &f.ulpdu, f.ulen);
         // Sticky.
-        for input in [&wire[pieces.at.min(wire.len())..], &[][..], &[0u8, 1, 2][..]] {
+        for input in [
+            &wire[pieces.at.min(wire.len())..],
+            &[][..],
+            &[0u8, 1, 2][..],
+        ] {
             let (used, r) = rx.feed(input, &mut posted);
             assert_eq!((used, r), (0, Err(e)), "after the error");
         }
@@ -1498,7 +1542,11 @@ pub fn drive(
     Outcome {
         dones: model.k,
         boundary: rx.at_fpdu_boundary(),
-        stream_pos: if error.is_none() { rx.stream_pos() } else { None },
+        stream_pos: if error.is_none() {
+            rx.stream_pos()
+        } else {
+            None
+        },
         terminated: rx.is_terminated(),
         events,
         error,
@@ -1568,12 +1616,16 @@ pub fn expected_outcome(
         } else if s.ulen < MIN_ULPDU_LEN || s.ulen > cfg.max_ulpdu_len {
             Some(fail(RxErrorKind::UlpduLength(s.ulen), None))
         } else if !cfg.extensions.allows(op) {
-            Some(fail(RxErrorKind::Rdmap(RdmapError::ExtensionDisabled(op)), None))
+            Some(fail(
+                RxErrorKind::Rdmap(RdmapError::ExtensionDisabled(op)),
+                None,
+            ))
         } else {
             match s.header.untagged_fields() {
-                Some(u) if u.qn >= queues => {
-                    Some(fail(RxErrorKind::Untagged(UntaggedError::InvalidQn(u.qn)), None))
-                }
+                Some(u) if u.qn >= queues => Some(fail(
+                    RxErrorKind::Untagged(UntaggedError::InvalidQn(u.qn)),
+                    None,
+                )),
                 Some(u) => {
                     let q = u.qn as usize;
                     let mut e = None;
@@ -1722,19 +1774,41 @@ pub fn drive_splits(
         // the caller refuses at its header (poll: Rejected) ends with the
         // CRC error instead if its CRC fails: what poll gives without the
         // refusal.
-        let rejected = matches!(settled.1, Some(RxError { kind: RxErrorKind::Rejected, .. }));
+        let rejected = matches!(
+            settled.1,
+            Some(RxError {
+                kind: RxErrorKind::Rejected,
+                ..
+            })
+        );
         let bad_crc = matches!(
             by_segment.1,
-            Some(RxError { kind: RxErrorKind::Mpa(MpaError::BadCrc { .. }), .. })
+            Some(RxError {
+                kind: RxErrorKind::Mpa(MpaError::BadCrc { .. }),
+                ..
+            })
         );
-        assert!(rejected && bad_crc, "poll_segment vs poll, {what}: {by_segment:?} vs {settled:?}");
+        assert!(
+            rejected && bad_crc,
+            "poll_segment vs poll, {what}: {by_segment:?} vs {settled:?}"
+        );
         let unrefused = drive(cfg, wire, framing, &mut whole(), posted.clone(), None);
-        assert_eq!(by_segment, self::settled(&unrefused), "poll_segment vs poll unrefused, {what}");
+        assert_eq!(
+            by_segment,
+            self::settled(&unrefused),
+            "poll_segment vs poll unrefused, {what}"
+        );
     };
-    same(drive_segments(cfg, wire, &mut whole(), posted.clone(), reject), "one piece");
+    same(
+        drive_segments(cfg, wire, &mut whole(), posted.clone(), reject),
+        "one piece",
+    );
     let mut sched = sched.clone();
     let mut cuts = || sched.next_size();
-    same(drive_segments(cfg, wire, &mut cuts, posted.clone(), reject), "scheduled pieces");
+    same(
+        drive_segments(cfg, wire, &mut cuts, posted.clone(), reject),
+        "scheduled pieces",
+    );
     o
 }
 
@@ -1750,7 +1824,10 @@ fn settled(o: &Outcome) -> Settled {
 
 fn settle(mut events: Vec<Ev>, error: Option<RxError>, queries: Vec<Query>) -> Settled {
     if error.is_some() {
-        let keep = events.iter().rposition(|e| matches!(e, Ev::Done(_))).map_or(0, |i| i + 1);
+        let keep = events
+            .iter()
+            .rposition(|e| matches!(e, Ev::Done(_)))
+            .map_or(0, |i| i + 1);
         events.truncate(keep);
     }
     (events, error, queries)
@@ -1833,7 +1910,10 @@ pub fn check_framing(r: &RefStream, f: &Framing) {
         assert_eq!(fp.ulen, Some(s.ulen));
         let m = &r.msgs[s.msg];
         assert_eq!(&fp.ulpdu[..s.head.len()], &s.head[..]);
-        assert_eq!(&fp.ulpdu[s.head.len()..], &m.payload[s.offset as usize..][..s.len as usize]);
+        assert_eq!(
+            &fp.ulpdu[s.head.len()..],
+            &m.payload[s.offset as usize..][..s.len as usize]
+        );
         if r.crc {
             let (c, got) = fp.crc.expect("CRC of a complete FPDU");
             assert_eq!(c, got, "CRC");

@@ -57,8 +57,8 @@
 
 use super::rx_stream::MAX_PAYLOAD;
 use super::stream::{
-    check_expected, check_flip, check_framing, drive, expected_outcome, header_len,
-    payload_bytes, whole, Framing, MsgSpec, Posted, RefStream,
+    check_expected, check_flip, check_framing, drive, expected_outcome, header_len, payload_bytes,
+    whole, Framing, MsgSpec, Posted, RefStream,
 };
 use super::{Input, Schedule};
 use iwarp_core::crc32c::{CrcEngine, SoftCrc32c};
@@ -66,8 +66,8 @@ use iwarp_core::ddp::SegmentError;
 use iwarp_core::rdmap::{Extensions, PayloadKind, QUEUE_COUNT};
 use iwarp_core::rx::RxConfig;
 use iwarp_core::tx::{
-    Batch, Chunk, Contiguous, Message, MessageTx, NoPayload, PayloadSource, PlanStatus,
-    Planned, Scattered, Transmitter, TxConfig, TxError,
+    Batch, Chunk, Contiguous, Message, MessageTx, NoPayload, PayloadSource, PlanStatus, Planned,
+    Scattered, Transmitter, TxConfig, TxError,
 };
 
 /// Flags: CRC.
@@ -241,7 +241,10 @@ impl Sender<'_> {
             })
         );
         assert_eq!(b.pending_len(), pending, "failed advance changed the batch");
-        assert_eq!(b.pending_bytes(payloads, LOOK), before[..LOOK.min(before.len())]);
+        assert_eq!(
+            b.pending_bytes(payloads, LOOK),
+            before[..LOOK.min(before.len())]
+        );
         b.advance(n).expect("advance within pending");
         self.wire.extend_from_slice(&before[..n]);
         assert_eq!(b.pending_len(), pending - n, "advance({n})");
@@ -421,7 +424,10 @@ pub fn run(data: &[u8]) -> &'static str {
     let framing = Framing::parse(&wire, cfg.markers);
     check_framing(&r, &framing);
     for f in &framing.fpdus {
-        assert!(f.ulen.is_some_and(|u| u <= tx.mulpdu()), "FPDU beyond MULPDU");
+        assert!(
+            f.ulen.is_some_and(|u| u <= tx.mulpdu()),
+            "FPDU beyond MULPDU"
+        );
     }
     let posted = Posted::exact(&r);
     let x = expected_outcome(&r, r.segs.len(), &cfg, &posted, None);
@@ -527,7 +533,10 @@ fn check_planned(
     for _ in 0..p.fpdus {
         let w = r.segs[ref_segs[*next]].wire.len();
         if pend > 0 {
-            assert!(pend + w <= budget, "FPDU of {w} onto {pend} pending beyond budget {budget}");
+            assert!(
+                pend + w <= budget,
+                "FPDU of {w} onto {pend} pending beyond budget {budget}"
+            );
         }
         pend += w;
         bytes += w;

@@ -365,12 +365,18 @@ unsafe fn doorbell_cmd(qp: *mut ibv_qp) -> c_int {
     // its size, and the kernel writes the response into `resp`, which
     // outlives the call.
     let n = unsafe {
-        libc::write((*(*qp).context).cmd_fd, core::ptr::from_ref(&req).cast(), size_of::<PostSendCmd>())
+        libc::write(
+            (*(*qp).context).cmd_fd,
+            core::ptr::from_ref(&req).cast(),
+            size_of::<PostSendCmd>(),
+        )
     };
     if n == size_of::<PostSendCmd>() as isize {
         0
     } else if n < 0 {
-        std::io::Error::last_os_error().raw_os_error().unwrap_or(EIO)
+        std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(EIO)
     } else {
         EIO
     }
