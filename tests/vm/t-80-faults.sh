@@ -84,7 +84,8 @@ users_end_by_themselves() {
 	done
 	# The server hears that the device went in one of two ways. A device's
 	# clients are removed in the reverse of their registration, and
-	# ib_uverbs registers after rdma_cm: the process's context goes first,
+	# ib_uverbs registers after rdma_cm (both built into the test kernels,
+	# linked in that order): the process's context goes first,
 	# its QP destroyed (the connection closed, the QP flagged in error in
 	# the rings it shares with the process), and only then does the CM
 	# report DEVICE_REMOVAL. Usually the CM's DISCONNECTED ends rping's
@@ -93,7 +94,9 @@ users_end_by_themselves() {
 	# needs the kernel, and the context is gone: EIO (from ibv_post_recv in
 	# rping's CQ thread, which then ends the main loop with "rping server
 	# failed: -1"; from ibv_post_send in the main loop, "failed: 5"), and
-	# rping exits before it reads the CM event (seen once, 2026-11-30).
+	# rping exits before it reads the CM event. That fits the one failure
+	# seen (2026-11-30, "failed: -1", no removal event; the log's earlier
+	# lines were not kept): the log tail below is for the next one.
 	local heard
 	heard=$(grep -E 'device removal|post recv error: 5$|post send error 5$' /tmp/server.log | head -n 1)
 	[ -n "$heard" ] || {
