@@ -1016,6 +1016,12 @@ unsafe extern "C" fn destroy_qp_cb<T: Verbs>(qp: *mut ffi::ib_qp, _udata: *mut f
 
 /// Copies a C SGE list into `buf`; `EINVAL` if it is longer or malformed.
 ///
+/// Consumers' WRs and SGE lists are read by value and unaligned, never
+/// through references: the verbs API does not promise their alignment, and
+/// kernel ULPs keep them in packed descriptors (isert's `iser_tx_desc`
+/// puts its `ib_send_wr` at offset 132, ib_iser's `iser_rx_desc` its
+/// `ib_sge` at an offset that is a multiple of 4 only).
+///
 /// # Safety
 ///
 /// `list` must point to `n` readable `ib_sge` entries if `n > 0`.
@@ -1028,8 +1034,10 @@ unsafe fn read_sges(list: *const ffi::ib_sge, n: c_int, buf: &mut [Sge; MAX_WR_S
         return Err(EINVAL);
     }
     for (i, slot) in buf.iter_mut().take(n).enumerate() {
-        // SAFETY: `i < n`, within the caller's list.
-        let s = unsafe { &*list.add(i) };
+        // SAFETY: `i < n`, within the caller's list. Read unaligned: the
+        // list may sit in a packed structure (ib_iser's and isert's
+        // receive descriptors are `__packed`).
+        let s = unsafe { list.add(i).read_unaligned() };
         *slot = Sge { addr: s.addr, length: s.length, lkey: s.lkey };
     }
     Ok(n)
@@ -1039,10 +1047,11 @@ unsafe fn read_sges(list: *const ffi::ib_sge, n: c_int, buf: &mut [Sge; MAX_WR_S
 ///
 /// # Safety
 ///
-/// `wr` must be a valid send WR whose container matches its opcode, as the
-/// verbs API requires of consumers; an MR in a registration WR must be an
-/// MR of driver `T`.
-unsafe fn post_one_send<T: Verbs>(q: &Qp<T>, wr: &ffi::ib_send_wr) -> Result {
+/// `wrp` must point to a valid send WR whose container matches its opcode,
+/// as the verbs API requires of consumers (not necessarily aligned, see
+/// [`read_sges`]), and `wr` be its copy; an MR in a registration WR must be
+/// an MR of driver `T`.
+unsafe fn post_one_send<T: Verbs>(q: &Qp<T>, wrp: *const ffi::ib_send_wr, wr: &ffi::ib_send_wr) -> Result {
     let mut sges = [Sge::default(); MAX_WR_SGE];
     // SAFETY: by the requirements.
     let n = unsafe { read_sges(wr.sg_list, wr.num_sge, &mut sges)? };
@@ -1053,43 +1062,43 @@ unsafe fn post_one_send<T: Verbs>(q: &Qp<T>, wr: &ffi::ib_send_wr) -> Result {
         fence: fl & ffi::IB_SEND_FENCE as u32 != 0,
         inline: fl & ffi::IB_SEND_INLINE as u32 != 0,
     };
-    let wrp = ptr::from_ref(wr);
     // The containers start with the `ib_send_wr`, so the WR pointer is the
     // container's (the C `container_of` with offset 0).
     // SAFETY (for the three helpers): by the requirements the container
-    // matches the opcode they are used for.
-    let rdma = || unsafe { &*wrp.cast::<ffi::ib_rdma_wr>() };
-    let atomic = || unsafe { &*wrp.cast::<ffi::ib_atomic_wr>() };
-    let reg = || unsafe { &*wrp.cast::<ffi::ib_reg_wr>() };
+    // matches the opcode they are used for; read by value, as the WR.
+    let rdma = || unsafe { wrp.cast::<ffi::ib_rdma_wr>().read_unaligned() };
+    let atomic = || unsafe { wrp.cast::<ffi::ib_atomic_wr>().read_unaligned() };
+    let reg = || unsafe { wrp.cast::<ffi::ib_reg_wr>().read_unaligned() };
     // SAFETY: both members of the union are plain 32-bit integers.
     let ex = unsafe { wr.ex.invalidate_rkey };
     let op = match wr.opcode {
         ffi::IB_WR_SEND => SendOp::Send,
         ffi::IB_WR_SEND_WITH_IMM => SendOp::SendImm(ex),
         ffi::IB_WR_SEND_WITH_INV => SendOp::SendInv(ex),
-        ffi::IB_WR_RDMA_WRITE => SendOp::Write { remote_addr: rdma().remote_addr, rkey: rdma().rkey },
-        ffi::IB_WR_RDMA_WRITE_WITH_IMM => SendOp::WriteImm {
-            remote_addr: rdma().remote_addr,
-            rkey: rdma().rkey,
-            imm: ex,
-        },
-        ffi::IB_WR_RDMA_READ => SendOp::Read { remote_addr: rdma().remote_addr, rkey: rdma().rkey },
-        ffi::IB_WR_RDMA_READ_WITH_INV => SendOp::ReadInv {
-            remote_addr: rdma().remote_addr,
-            rkey: rdma().rkey,
-            inv: ex,
-        },
-        ffi::IB_WR_ATOMIC_CMP_AND_SWP => SendOp::CmpSwap {
-            remote_addr: atomic().remote_addr,
-            rkey: atomic().rkey,
-            compare: atomic().compare_add,
-            swap: atomic().swap,
-        },
-        ffi::IB_WR_ATOMIC_FETCH_AND_ADD => SendOp::FetchAdd {
-            remote_addr: atomic().remote_addr,
-            rkey: atomic().rkey,
-            add: atomic().compare_add,
-        },
+        ffi::IB_WR_RDMA_WRITE => {
+            let r = rdma();
+            SendOp::Write { remote_addr: r.remote_addr, rkey: r.rkey }
+        }
+        ffi::IB_WR_RDMA_WRITE_WITH_IMM => {
+            let r = rdma();
+            SendOp::WriteImm { remote_addr: r.remote_addr, rkey: r.rkey, imm: ex }
+        }
+        ffi::IB_WR_RDMA_READ => {
+            let r = rdma();
+            SendOp::Read { remote_addr: r.remote_addr, rkey: r.rkey }
+        }
+        ffi::IB_WR_RDMA_READ_WITH_INV => {
+            let r = rdma();
+            SendOp::ReadInv { remote_addr: r.remote_addr, rkey: r.rkey, inv: ex }
+        }
+        ffi::IB_WR_ATOMIC_CMP_AND_SWP => {
+            let a = atomic();
+            SendOp::CmpSwap { remote_addr: a.remote_addr, rkey: a.rkey, compare: a.compare_add, swap: a.swap }
+        }
+        ffi::IB_WR_ATOMIC_FETCH_AND_ADD => {
+            let a = atomic();
+            SendOp::FetchAdd { remote_addr: a.remote_addr, rkey: a.rkey, add: a.compare_add }
+        }
         ffi::IB_WR_LOCAL_INV => SendOp::LocalInv(ex),
         ffi::IB_WR_REG_MR => {
             let r = reg();
@@ -1127,13 +1136,14 @@ unsafe extern "C" fn post_send_cb<T: Verbs>(
     }
     let mut cur = wr;
     while !cur.is_null() {
-        // SAFETY: the consumer passes a valid chain of WRs.
-        let w = unsafe { &*cur };
-        // SAFETY: as above.
-        if let Err(e) = unsafe { post_one_send(q, w) } {
+        // SAFETY: the consumer passes a valid chain of WRs (read by value,
+        // see `read_sges`).
+        let w = unsafe { cur.read_unaligned() };
+        // SAFETY: as above; `w` is its copy.
+        if let Err(e) = unsafe { post_one_send(q, cur, &w) } {
             if !bad.is_null() {
                 // SAFETY: `bad` is the consumer's out-pointer.
-                unsafe { *bad = cur };
+                unsafe { bad.write_unaligned(cur) };
             }
             return e.to_errno();
         }
@@ -1185,8 +1195,9 @@ unsafe fn post_recv_chain(
 ) -> c_int {
     let mut cur = wr;
     while !cur.is_null() {
-        // SAFETY: the consumer passes a valid chain of WRs.
-        let w = unsafe { &*cur };
+        // SAFETY: the consumer passes a valid chain of WRs (read by value,
+        // see `read_sges`).
+        let w = unsafe { cur.read_unaligned() };
         let mut sges = [Sge::default(); MAX_WR_SGE];
         // SAFETY: the WR's list has `num_sge` entries.
         let res = unsafe { read_sges(w.sg_list, w.num_sge, &mut sges) }.and_then(|n| {
@@ -1200,7 +1211,7 @@ unsafe fn post_recv_chain(
         if let Err(e) = res {
             if !bad.is_null() {
                 // SAFETY: `bad` is the consumer's out-pointer.
-                unsafe { *bad = cur };
+                unsafe { bad.write_unaligned(cur) };
             }
             return e.to_errno();
         }
