@@ -146,13 +146,19 @@ iser_fail() {
 
 # A random pattern written through the initiator's disk (O_DIRECT) reads
 # back identical, then again over a new session after a logout: the data
-# lives in the target, which saw both connections on t1.
+# lives in the target, which saw both connections on t1. With t1's zcopy
+# on (off by default on veth), the initiator's Read Responses (the data of
+# its writes, from the block layer's pages through fast-registered
+# regions) and the target's RDMA Writes (the data read, from LIO's pages)
+# go to the socket by reference: zcopy_sends must count at least one
+# message per 64 KiB.
 test_65_iser_over_siw_rs() {
-	local pat=/tmp/iser.pat back=/tmp/iser.back dev qps
+	local pat=/tmp/iser.pat back=/tmp/iser.back dev qps zc
 	iser_cleanup
 	scripts/topology up-local
 	load_siw_rs
 	rdma link add t1 type siw_rs netdev veth1
+	echo 1 > /sys/class/infiniband/t1/zcopy
 	# Each step says why it failed.
 	iser_target || iser_fail "" || return 1
 	iser_iscsid || iser_fail "" || return 1
@@ -170,7 +176,9 @@ test_65_iser_over_siw_rs() {
 	dev=$(iser_login) || iser_fail "" || return 1
 	{ timeout 300 dd if="$dev" of=$back bs=64k count=$((ISER_MIB * 16)) iflag=direct status=none && cmp $pat $back; } ||
 		iser_fail "reading $ISER_MIB MiB over a second session failed or differs" || return 1
-	echo "    $ISER_MIB MiB written over iSER, read back identical, and again over a new session"
+	zc=$(cat /sys/class/infiniband/t1/zcopy_sends)
+	echo "    $ISER_MIB MiB written over iSER, read back identical, and again over a new session; $zc messages by reference"
+	[ "$zc" -ge $((ISER_MIB * 16)) ] || iser_fail "zcopy_sends is $zc, want at least $((ISER_MIB * 16))" || return 1
 	iser_logout || iser_fail "the second logout failed or timed out" || return 1
 	iser_cleanup
 	# Neither the initiator nor the target may keep the device.
