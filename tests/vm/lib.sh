@@ -97,6 +97,20 @@ must_fail() {
 	printf '    (expected error) %s: %s\n' "$*" "$(tr '\n' ' ' </tmp/must_fail.err)"
 }
 
+# consumer_fail CLEANUP WHAT MSG FILE...: for the kernel-consumer tests
+# (NFS, iSER) on t1: says why the test failed (MSG, if not empty), runs
+# CLEANUP, removes t1 (bounded: a device a consumer still holds would block
+# it) and the test's FILEs, so the next test starts clean. Returns 1.
+consumer_fail() {
+	local cleanup=$1 what=$2 msg=$3
+	shift 3
+	[ -z "$msg" ] || fail_because "$msg"
+	"$cleanup"
+	bounded 60 rdma link del t1 2>/dev/null || fail_because "rdma link del t1 did not finish after $what was stopped"
+	rm -f "$@"
+	return 1
+}
+
 load_siw_rs() { [ -d /sys/module/siw_rs ] || insmod "$SIW_RS_KO"; }
 unload_siw_rs() { [ ! -d /sys/module/siw_rs ] || rmmod siw_rs; }
 

@@ -66,16 +66,9 @@ nfs_mountstats() {
 	awk -v m="$NFS_MNT" '/^device / { on = ($5 == m) } on' /proc/self/mountstats
 }
 
-# nfs_fail MSG: says why the test failed, then stops NFS, removes t1
-# (bounded: a device a consumer still holds would block it) and the test's
-# files, so the next test starts clean. Returns 1.
-nfs_fail() {
-	[ -z "$1" ] || fail_because "$1"
-	nfs_cleanup
-	bounded 60 rdma link del t1 2>/dev/null || fail_because "rdma link del t1 did not finish after NFS was stopped"
-	rm -f /tmp/nfs.pat /tmp/nfs.back
-	return 1
-}
+# nfs_fail MSG: says why, stops NFS, removes t1 and the test's files
+# (consumer_fail). Returns 1.
+nfs_fail() { consumer_fail nfs_cleanup NFS "$1" /tmp/nfs.pat /tmp/nfs.back; }
 
 # A random pattern written through the client lands in the export as
 # written (read there, on the server's side, not through NFS), and reads

@@ -134,15 +134,9 @@ iser_cleanup() {
 	[ ! -d "$LIO" ] || iser_target_down 2>/dev/null
 }
 
-# iser_fail MSG: says why, stops initiator and target, removes t1 (bounded:
-# a consumer that still holds the device would block it). Returns 1.
-iser_fail() {
-	[ -z "$1" ] || fail_because "$1"
-	iser_cleanup
-	bounded 60 rdma link del t1 2>/dev/null || fail_because "rdma link del t1 did not finish after iSER was stopped"
-	rm -f /tmp/iser.pat /tmp/iser.back
-	return 1
-}
+# iser_fail MSG: says why, stops initiator and target, removes t1 and the
+# test's files (consumer_fail). Returns 1.
+iser_fail() { consumer_fail iser_cleanup iSER "$1" /tmp/iser.pat /tmp/iser.back; }
 
 # A random pattern written through the initiator's disk (O_DIRECT) reads
 # back identical, then again over a new session after a logout: the data
