@@ -77,8 +77,8 @@ iser_target_down() {
 }
 
 # iscsid with a state directory of its own (the VM's /etc is the host's,
-# under an overlay): the host's iscsid.conf, a fixed initiator name, no
-# node records but the test's.
+# under an overlay): the host's iscsid.conf, a fixed initiator name, and
+# the test's node record as the only one.
 iser_iscsid() {
 	[ -r /etc/iscsi/iscsid.conf ] && command -v iscsid >/dev/null ||
 		fail_because "open-iscsi is not installed (scripts/setup installs it)" || return 1
@@ -95,16 +95,16 @@ iser_iscsid() {
 	for ((i = 0; i < 100; i++)); do
 		# (Exit status 21 with no session: read its words instead.)
 		out=$(iscsiadm -m session 2>&1) || true
-		[[ "$out" != *"No active sessions"* ]] || return 0
+		[[ "$out" == *"No active sessions"* ]] && break
 		nap 0.2
 	done
-	fail_because "iscsid did not answer within 20 s: $(tail -n 3 $ISER_LOG 2>/dev/null | tr '\n' ' ')"
+	[[ "$out" == *"No active sessions"* ]] ||
+		fail_because "iscsid did not answer within 20 s: $(tail -n 3 $ISER_LOG 2>/dev/null | tr '\n' ' ')" || return 1
+	iser_adm -o new >/dev/null || fail_because "iscsiadm could not add the node" || return 1
 }
 
 # iser_login: logs in over iSER; prints the SCSI disk.
 iser_login() {
-	iser_adm -o new >/dev/null ||
-		fail_because "iscsiadm could not add the node" || return 1
 	iser_adm --login >/dev/null ||
 		fail_because "login over iSER failed or timed out: $(tail -n 3 $ISER_LOG 2>/dev/null | tr '\n' ' ')" || return 1
 	local s i dev=""
