@@ -3,7 +3,7 @@
 # by tests/vm/run in each of two VMs joined by a QEMU link (a virtio NIC
 # whose frames travel as UDP datagrams between the two QEMU processes).
 # test_66: NVMe over Fabrics (issue #4); test_67: siw_rs sending by
-# reference ("zero-copy") over the NIC.
+# reference ("zero-copy") over the NIC; test_68: iSER.
 #
 # In one kernel nvme-rdma and nvmet-rdma always share an RDMA device (see
 # t-60-nvmeof.sh), so a target on one driver and a host on the other needs
@@ -27,10 +27,13 @@
 # other VM (default 1200: under TCG, with both VMs booting on two cores, a
 # boot can take minutes).
 
+PAIR_TARGET=10.66.0.1
 . tests/vm/t-60-nvmeof.sh
 unset -f test_60_nvmeof_over_siw_rs test_61_nvmeof_disconnect_during_io_and_reconnect test_62_nvmeof_zero_copy
+ISER_ADDR=$PAIR_TARGET
+. tests/vm/t-65-iser.sh
+unset -f test_65_iser_over_siw_rs
 
-PAIR_TARGET=10.66.0.1
 PAIR_SIGNAL_PORT=4499
 PAIR_WAIT=${PAIR_WAIT:-1200}
 
@@ -76,18 +79,8 @@ pair_target() {
 	# nvmet enables a port even when the RDMA CM cannot bind it (it only
 	# logs that): the target must really listen before the host may try.
 	[ -n "$(ss -Hltn "sport = :4420")" ] || fail_because "nothing listens on $PAIR_TARGET:4420" || return 1
-	local verdict
-	# The host tries discovery for PAIR_WAIT s, then needs time for its I/O.
-	verdict=$(timeout $((PAIR_WAIT + 600)) /usr/bin/python3 -c '
-import socket, sys
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind((sys.argv[1], int(sys.argv[2])))
-s.listen(1)
-c, _ = s.accept()
-print(c.makefile().readline().strip())
-' "$PAIR_TARGET" "$PAIR_SIGNAL_PORT") || true
-	local ctrls
+	local verdict ctrls
+	verdict=$(pair_await)
 	kill "$PAIR_FOLLOW" 2>/dev/null || true
 	ctrls=$(grep -c 'nvmet: creating nvm controller' /tmp/pair-kmsg.log || true)
 	echo "    the host says '${verdict:-nothing}'; $ctrls controllers were created here"
@@ -107,6 +100,21 @@ print(c.makefile().readline().strip())
 		[ "$zc" -ge $((NVMEOF_MIB * 16 * 2)) ] ||
 			fail_because "zcopy_sends is $zc, want at least $((NVMEOF_MIB * 16 * 2))" || return 1
 	fi
+}
+
+# pair_await: the host's verdict (pair_tell), once it has said it: the
+# host tries to reach the target for PAIR_WAIT s, then needs time for
+# its I/O. Empty when nothing came.
+pair_await() {
+	timeout $((PAIR_WAIT + 600)) /usr/bin/python3 -c '
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2])))
+s.listen(1)
+c, _ = s.accept()
+print(c.makefile().readline().strip())
+' "$PAIR_TARGET" "$PAIR_SIGNAL_PORT" || true
 }
 
 # pair_tell WORD: the host's verdict to the target (a few tries: the
@@ -263,6 +271,55 @@ zc_siw() {
 	bounded 60 rdma link del p$n || fail_because "rdma link del p$n did not finish" || return 1
 }
 
+# test_68: iSER (t-65-iser.sh) between the two kernels. The target VM
+# exports LIO's RAM disk through an iSER portal on 10.66.0.1:3260 (the TCP
+# portal in a namespace of its own, as in test_65); the host VM's ib_iser,
+# logged in by iscsid, writes a random pattern and reads it back, then
+# again over a second session. The target counts the accepted logins
+# (both sessions reached it) and, on siw_rs, the RDMA Writes of the data
+# the host read going out by reference (at least one per 64 KiB).
+iser_pair_target() {
+	trap 'rc=$?; kill "$HANG_WATCH" 2>/dev/null; [ "$rc" = 0 ] || pair_dmesg; iser_cleanup' EXIT
+	hang_watch "${PAIR_WATCH:-$((PAIR_WAIT + 900))}"
+	iser_cleanup
+	pair_link 1 || return 1
+	iser_target || return 1
+	# Only the RDMA device's listener is in this namespace (LIO's TCP
+	# portal listens in isct).
+	[ -n "$(ss -Hltn "sport = :3260")" ] || fail_because "nothing listens on $ISER_ADDR:3260" || return 1
+	local verdict logins zc=
+	verdict=$(pair_await)
+	logins=$(cat "$LIO/iscsi/$ISER_IQN/fabric_statistics/iscsi_login_stats/accepts" 2>/dev/null || echo 0)
+	echo "    the host says '${verdict:-nothing}'; $logins logins were accepted here"
+	[ "$PAIR_DRIVER" != siw_rs ] || zc=$(zc_sends p1)
+	iser_cleanup
+	bounded 60 rdma link del p1 || fail_because "rdma link del p1 did not finish after iSER was stopped" || return 1
+	[ -n "$verdict" ] || fail_because "no word from the host VM in $((PAIR_WAIT + 600)) s" || return 1
+	[ "$logins" -ge 2 ] || fail_because "only $logins logins: the host's two sessions did not both reach this target" || return 1
+	if [ -n "$zc" ]; then
+		echo "    $zc messages sent by reference"
+		[ "$zc" -ge $((ISER_MIB * 16 * 2)) ] ||
+			fail_because "zcopy_sends is $zc, want at least $((ISER_MIB * 16 * 2))" || return 1
+	fi
+}
+
+iser_pair_host() {
+	trap 'rc=$?; kill "$HANG_WATCH" 2>/dev/null; [ "$rc" = 0 ] || pair_dmesg; iser_cleanup; pair_tell "done rc=$rc"' EXIT
+	hang_watch "${PAIR_WATCH:-$((PAIR_WAIT + 600))}"
+	iser_cleanup
+	pair_link 2 || return 1
+	iser_iscsid || return 1
+	local dev qps
+	dev=$(iser_login "$PAIR_WAIT") || return 1
+	qps=$(rdma res show qp link p2/1 2>/dev/null | grep -c 'state RTS' || true)
+	echo "    logged in over iSER to $PAIR_OTHER ($dev); $qps QPs in RTS on p2"
+	[ "$qps" -ge 1 ] || fail_because "no QP in RTS on p2" || return 1
+	iser_io "$dev" || return 1
+	iser_logout || fail_because "the second logout failed or timed out" || return 1
+	iser_cleanup
+	bounded 60 rdma link del p2 || fail_because "rdma link del p2 did not finish after iSER was stopped" || return 1
+}
+
 case ${PAIR_DRIVER:-} in siw) PAIR_OTHER=siw_rs PAIR_NAME=upstream_siw ;; *) PAIR_OTHER=siw PAIR_NAME=siw_rs ;; esac
 # scripts/vm-pair says which driver the other VM runs.
 PAIR_OTHER=${PAIR_PEER_DRIVER:-$PAIR_OTHER}
@@ -270,10 +327,12 @@ case ${PAIR_ROLE:-} in
 target)
 	PAIR_N=1 PAIR_PEER=2
 	eval "test_66_nvmeof_pair_target_on_$PAIR_NAME() { pair_target; }"
+	eval "test_68_iser_pair_target_on_$PAIR_NAME() { iser_pair_target; }"
 	;;
 host)
 	PAIR_N=2 PAIR_PEER=1
 	eval "test_66_nvmeof_pair_host_on_$PAIR_NAME() { pair_host; }"
+	eval "test_68_iser_pair_host_on_$PAIR_NAME() { iser_pair_host; }"
 	;;
 *) echo "PAIR_ROLE must be target or host" >&2 ;;
 esac

@@ -26,14 +26,16 @@
 LIO=/sys/kernel/config/target
 ISER_IQN=iqn.2026-11.org.siw-rs:iser-test
 ISER_TPG=$LIO/iscsi/$ISER_IQN/tpgt_1
-ISER_NP=$ISER_TPG/np/10.55.0.1:3260
+# The portal's address (tests/vm/pair.sh sets its own before sourcing).
+ISER_ADDR=${ISER_ADDR:-10.55.0.1}
+ISER_NP=$ISER_TPG/np/$ISER_ADDR:3260
 ISER_DISK=$LIO/core/rd_mcp_0/disk0
 # Bounded for the debug kernel under TCG, as NVMe-oF's.
 ISER_MIB=${SIW_RS_ISER_MIB:-2}
 ISER_LOG=/tmp/iscsid.log
 
 # The node as iscsiadm names it (bounded: a broken path makes it retry).
-iser_adm() { timeout 120 iscsiadm -m node -T "$ISER_IQN" -p 10.55.0.1:3260 -I iser "$@"; }
+iser_adm() { timeout 120 iscsiadm -m node -T "$ISER_IQN" -p "$ISER_ADDR:3260" -I iser "$@"; }
 
 # The target: an rd_mcp RAM disk (LIO's own, it keeps what is written) as
 # LUN 0 of a portal group open to any initiator, without authentication.
@@ -47,10 +49,10 @@ iser_target() {
 	ln -s "$ISER_DISK" "$ISER_TPG/lun/lun_0/disk0"
 	ip netns add isct
 	ip -n isct link add isct0 type veth peer name isct1
-	ip -n isct addr add 10.55.0.1/32 dev isct0
+	ip -n isct addr add "$ISER_ADDR/32" dev isct0
 	ip -n isct link set isct0 up
 	nsenter --net=/run/netns/isct mkdir "$ISER_NP" || fail_because "LIO refused the portal" || return 1
-	echo 1 > "$ISER_NP/iser" || fail_because "isert refused the iSER portal on 10.55.0.1:3260" || return 1
+	echo 1 > "$ISER_NP/iser" || fail_because "isert refused the iSER portal on $ISER_ADDR:3260" || return 1
 	[ "$(cat "$ISER_NP/iser")" = 1 ] || fail_because "the portal has no iSER child" || return 1
 	echo 0 > "$ISER_TPG/attrib/authentication"
 	echo 1 > "$ISER_TPG/attrib/generate_node_acls"
@@ -103,10 +105,18 @@ iser_iscsid() {
 	iser_adm -o new >/dev/null || fail_because "iscsiadm could not add the node" || return 1
 }
 
-# iser_login: logs in over iSER; prints the SCSI disk.
+# iser_login [WAIT]: logs in over iSER, trying again for up to WAIT
+# seconds (default 0: once) while the target does not answer; prints the
+# SCSI disk.
 iser_login() {
-	iser_adm --login >/dev/null ||
-		fail_because "login over iSER failed or timed out: $(tail -n 3 $ISER_LOG 2>/dev/null | tr '\n' ' ')" || return 1
+	local start=$SECONDS tries=1
+	until iser_adm --login >/tmp/iser-login.log 2>&1; do
+		[ $((SECONDS - start)) -lt "${1:-0}" ] ||
+			fail_because "login over iSER failed or timed out ($tries tries): $(tail -n 2 /tmp/iser-login.log $ISER_LOG 2>/dev/null | tr '\n' ' ')" || return 1
+		tries=$((tries + 1))
+		nap 5
+	done
+	[ "$tries" = 1 ] || echo "    (logged in at try $tries, after $((SECONDS - start)) s)" >&2
 	local s i dev=""
 	s=$(iscsiadm -m session 2>&1) || true
 	[[ "$s" == iser:* ]] || fail_because "the session is not over iSER: '$s'" || return 1
@@ -138,16 +148,35 @@ iser_cleanup() {
 # test's files (consumer_fail). Returns 1.
 iser_fail() { consumer_fail iser_cleanup iSER "$1" /tmp/iser.pat /tmp/iser.back; }
 
-# A random pattern written through the initiator's disk (O_DIRECT) reads
-# back identical, then again over a new session after a logout: the data
-# lives in the target, which saw both connections on t1. With t1's zcopy
-# on (off by default on veth), the initiator's Read Responses (the data of
-# its writes, from the block layer's pages through fast-registered
-# regions) and the target's RDMA Writes (the data read, from LIO's pages)
-# go to the socket by reference: zcopy_sends must count at least one
-# message per 64 KiB.
+# iser_io DEV [WAIT] (logged in, DEV its disk): a random pattern written
+# through the disk (O_DIRECT) reads back identical, then again over a new
+# session after a logout (WAIT as for iser_login); logged in afterwards.
+# On failure says why (the caller cleans up).
+iser_io() {
+	local pat=/tmp/iser.pat back=/tmp/iser.back dev=$1
+	dd if=/dev/urandom of=$pat bs=1M count="$ISER_MIB" status=none
+	timeout 300 dd if=$pat of="$dev" bs=64k oflag=direct status=none ||
+		fail_because "writing $ISER_MIB MiB over iSER failed or timed out" || return 1
+	{ timeout 300 dd if="$dev" of=$back bs=64k count=$((ISER_MIB * 16)) iflag=direct status=none && cmp $pat $back; } ||
+		fail_because "reading $ISER_MIB MiB back over iSER failed or differs" || return 1
+	iser_logout || fail_because "the logout failed or timed out" || return 1
+	rm -f $back
+	dev=$(iser_login "${2:-0}") || return 1
+	{ timeout 300 dd if="$dev" of=$back bs=64k count=$((ISER_MIB * 16)) iflag=direct status=none && cmp $pat $back; } ||
+		fail_because "reading $ISER_MIB MiB over a second session failed or differs" || return 1
+	echo "    $ISER_MIB MiB written over iSER, read back identical, and again over a new session"
+	rm -f $pat $back
+}
+
+# test_65: iser_io, initiator and target both on t1 (the data lives in
+# the target, which saw both connections there). With t1's zcopy on (off
+# by default on veth), the initiator's Read Responses (the data of its
+# writes, from the block layer's pages through fast-registered regions)
+# and the target's RDMA Writes (the data read, from LIO's pages) go to the
+# socket by reference: zcopy_sends must count at least one message per
+# 64 KiB.
 test_65_iser_over_siw_rs() {
-	local pat=/tmp/iser.pat back=/tmp/iser.back dev qps zc
+	local dev qps zc
 	iser_cleanup
 	scripts/topology up-local
 	load_siw_rs
@@ -160,22 +189,12 @@ test_65_iser_over_siw_rs() {
 	qps=$(rdma res show qp link t1/1 2>/dev/null | grep -c 'state RTS' || true)
 	echo "    logged in over iSER ($dev); $qps QPs in RTS on t1"
 	[ "$qps" -ge 2 ] || iser_fail "want the initiator's and the target's QPs on t1, found $qps" || return 1
-	dd if=/dev/urandom of=$pat bs=1M count="$ISER_MIB" status=none
-	timeout 300 dd if=$pat of="$dev" bs=64k oflag=direct status=none ||
-		iser_fail "writing $ISER_MIB MiB over iSER failed or timed out" || return 1
-	{ timeout 300 dd if="$dev" of=$back bs=64k count=$((ISER_MIB * 16)) iflag=direct status=none && cmp $pat $back; } ||
-		iser_fail "reading $ISER_MIB MiB back over iSER failed or differs" || return 1
-	iser_logout || iser_fail "the logout failed or timed out" || return 1
-	rm -f $back
-	dev=$(iser_login) || iser_fail "" || return 1
-	{ timeout 300 dd if="$dev" of=$back bs=64k count=$((ISER_MIB * 16)) iflag=direct status=none && cmp $pat $back; } ||
-		iser_fail "reading $ISER_MIB MiB over a second session failed or differs" || return 1
+	iser_io "$dev" || iser_fail "" || return 1
 	zc=$(cat /sys/class/infiniband/t1/zcopy_sends)
-	echo "    $ISER_MIB MiB written over iSER, read back identical, and again over a new session; $zc messages by reference"
+	echo "    $zc messages by reference"
 	[ "$zc" -ge $((ISER_MIB * 16)) ] || iser_fail "zcopy_sends is $zc, want at least $((ISER_MIB * 16))" || return 1
 	iser_logout || iser_fail "the second logout failed or timed out" || return 1
 	iser_cleanup
 	# Neither the initiator nor the target may keep the device.
 	bounded 60 rdma link del t1 || fail_because "rdma link del t1 did not finish after iSER was stopped" || return 1
-	rm -f $pat $back
 }
