@@ -263,8 +263,8 @@ impl Wc {
         invalidated: None,
     };
 
-    fn write_to(&self, out: &mut ffi::ib_wc) {
-        *out = ffi::ib_wc::default();
+    fn to_raw(&self) -> ffi::ib_wc {
+        let mut out = ffi::ib_wc::default();
         out.__bindgen_anon_1.wr_id = self.wr_id;
         out.status = self.status as ffi::ib_wc_status;
         out.opcode = self.opcode as ffi::ib_wc_opcode;
@@ -280,6 +280,7 @@ impl Wc {
         }
         out.wc_flags = flags as c_int;
         out.port_num = 1;
+        out
     }
 }
 
@@ -292,28 +293,35 @@ pub(crate) enum Notify {
     Solicited,
 }
 
-/// The output array of `poll_cq`.
+/// The output array of `poll_cq`: `len` entries at `out`, written by
+/// value and unaligned, as the consumer's WRs are read: a kernel consumer
+/// may keep its array in a `__packed` structure, where a reference to an
+/// entry would be undefined behaviour (and a panic on the debug kernel).
 pub(crate) struct WcSink<'a> {
-    out: &'a mut [ffi::ib_wc],
+    out: *mut ffi::ib_wc,
+    len: usize,
     n: usize,
+    _array: PhantomData<&'a mut [ffi::ib_wc]>,
 }
 
 impl WcSink<'_> {
     /// Room left.
     pub(crate) fn room(&self) -> usize {
-        self.out.len().saturating_sub(self.n)
+        self.len.saturating_sub(self.n)
     }
 
     /// Appends `wc`; returns `false` (and drops it) when full.
     pub(crate) fn push(&mut self, wc: &Wc) -> bool {
-        match self.out.get_mut(self.n) {
-            Some(slot) => {
-                wc.write_to(slot);
-                self.n += 1;
-                true
-            }
-            None => false,
+        if self.n >= self.len {
+            return false;
         }
+        let entry = wc.to_raw();
+        // SAFETY: `n < len`: an entry of the array the consumer handed to
+        // this `poll_cq` call, which nothing else accesses during it (see
+        // `poll_cq_cb`); written unaligned, by value.
+        unsafe { self.out.add(self.n).write_unaligned(entry) };
+        self.n += 1;
+        true
     }
 }
 
@@ -881,10 +889,11 @@ unsafe extern "C" fn poll_cq_cb<T: Verbs>(cq: *mut ffi::ib_cq, n: c_int, wc: *mu
     if n == 0 || wc.is_null() {
         return 0;
     }
-    // SAFETY: by the module invariant; the consumer passes `n` writable
-    // entries that nothing else accesses during the call.
-    let (c, out) = unsafe { (Cq::<T>::from_raw(cq), core::slice::from_raw_parts_mut(wc, n)) };
-    let mut sink = WcSink { out, n: 0 };
+    // SAFETY: by the module invariant.
+    let c = unsafe { Cq::<T>::from_raw(cq) };
+    // The consumer passes `n` writable entries that nothing else accesses
+    // during the call; the sink writes only below `n`.
+    let mut sink = WcSink { out: wc, len: n, n: 0, _array: PhantomData };
     T::poll_cq(c, &mut sink);
     c_int::try_from(sink.n).unwrap_or(0)
 }
