@@ -252,8 +252,13 @@ pub(super) unsafe extern "C" fn poll_cq(
         // SAFETY: the caller's array holds ne >= n entries.
         unsafe { wc.add(i as usize).write(wqe::wc_from_cqe(&c)) };
     }
-    cur.cons = cur.cons.wrapping_add(n);
-    cq.ring.release(cur.cons);
+    // An empty poll stores nothing: the index is unchanged, and a store
+    // would take its cache line from the kernel, which reads it each time
+    // it adds a completion, once per poll of a busy-polling process.
+    if n > 0 {
+        cur.cons = cur.cons.wrapping_add(n);
+        cq.ring.release(cur.cons);
+    }
     n as c_int
 }
 
