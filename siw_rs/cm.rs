@@ -20,7 +20,7 @@ use crate::{
     device::SiwRs,
     ib::Device,
     iw::{CmEvent, CmEventKind, CmId, ConnParam},
-    iwarp::mpa::{CrcPolicy, EnhancedConfig, RES_LARGE_FPDUS, Event, Handshake, MpaConfig, Negotiated, FRAME_HEADER_LEN, MAX_FRAME_LEN},
+    iwarp::mpa::{CrcPolicy, EnhancedConfig, RES_LARGE_FPDUS, Event, Handshake, MpaConfig, Negotiated, RtrSet, FRAME_HEADER_LEN, MAX_FRAME_LEN},
     settings::{Knobs, MpaSettings},
     limits::{MAX_IRD, MAX_ORD},
     net::{ffi_err, Net, SockAddr, SockHandler, SockRef, Socket},
@@ -49,12 +49,20 @@ const REQUEST_TTL_NS: u64 = 60_000_000_000;
 
 /// The MPA configuration of a handshake: revision 2 with the RFC 6581
 /// IRD/ORD block, the device's CRC and marker settings, and markers
-/// inserted into what this side sends whenever the peer asks.
-fn mpa_config(s: MpaSettings, ird: u32, ord: u32, private_data: &[u8]) -> MpaConfig<'_> {
+/// inserted into what this side sends whenever the peer asks. An
+/// `initiator` with the device's `mpa_p2p` on asks for peer-to-peer mode,
+/// offering only the RTR it sends (a zero-length RDMA Write, see
+/// [`Conn::start`]); a responder grants a peer's request either way (the
+/// core's default RTR types) and requires it never.
+fn mpa_config(s: MpaSettings, initiator: bool, ird: u32, ord: u32, private_data: &[u8]) -> MpaConfig<'_> {
     let ird = u16::try_from(ird.min(MAX_IRD)).unwrap_or(0);
     let ord = u16::try_from(ord.min(MAX_ORD)).unwrap_or(0);
     let mut e = EnhancedConfig::new(ird, ord);
     e.ird_max = u16::try_from(MAX_IRD).unwrap_or(0);
+    if initiator && s.p2p {
+        e.p2p = true;
+        e.rtr = RtrSet::WRITE;
+    }
     MpaConfig {
         enhanced: Some(e),
         private_data,
@@ -157,7 +165,7 @@ fn active(net: Net, id: &CmId, qp: &Qp<SiwRs>, mpa: MpaSettings, ird: u32, ord: 
         sock.bind(&local).map_err(fail)?;
     }
     sock.connect(&remote).map_err(fail)?;
-    let cfg = mpa_config(mpa, ird, ord, pd);
+    let cfg = mpa_config(mpa, true, ird, ord, pd);
     let mut out = [0u8; MAX_FRAME_LEN];
     let (hs, n) = Handshake::initiator(&cfg, &mut out).map_err(|_| fail(EINVAL))?;
     sock.send_all(&[out.get(..n).unwrap_or(&[])]).map_err(fail)?;
@@ -285,7 +293,7 @@ impl Listener {
     fn passive(&self, sock: Socket) {
         sock.set_timeouts(MPA_TIMEOUT_MS, MPA_TIMEOUT_MS);
         let res = (|| -> Result<()> {
-            let cfg = mpa_config(self.mpa.get(), MAX_IRD, MAX_ORD, &[]);
+            let cfg = mpa_config(self.mpa.get(), false, MAX_IRD, MAX_ORD, &[]);
             let mut hs = KBox::new(Handshake::responder(&cfg), GFP_KERNEL)?;
             let mut frame = KBox::new([0u8; MAX_FRAME_LEN], GFP_KERNEL)?;
             let (ird, ord, pd_copy) = match read_frame(&sock, &mut hs, &mut frame) {

@@ -34,7 +34,7 @@ use crate::{
     device::SiwRs,
     iw::{CmEvent, CmEventKind, CmId},
     iwarp::{
-        mpa::{Negotiated, RES_LARGE_FPDUS},
+        mpa::{Negotiated, Rtr, RES_LARGE_FPDUS},
         rdmap::{AtomicOp, AtomicRequest, AtomicResponse, Extensions, ImmediateData, Opcode},
         rx::{FixedPayload, Placement, Polled, Receiver, RxConfig, RxError, RxEvent, SegmentDone, SegmentHeader, Target},
         terminate::{RemoteProtectionCode, TaggedCode, TermCode, TerminateRepr},
@@ -771,7 +771,28 @@ impl Conn {
             }),
             GFP_KERNEL,
         )?;
+        if let (false, Some(rtr)) = (responder, neg.rtr) {
+            conn.send_rtr(rtr)?;
+        }
         Ok(conn)
+    }
+
+    /// The initiator's RTR message in peer-to-peer mode (RFC 6581), its
+    /// first FPDU: a zero-length RDMA Write, which names no memory (STag
+    /// 1, as upstream siw sends it: a responder may treat STag 0 as
+    /// special). Sent before the QP is established, so before any work
+    /// request can be; the responder sends nothing until it has it.
+    /// siw_rs offers only this type (`cm::mpa_config`), and the core
+    /// refuses a Reply that names another.
+    fn send_rtr(&self, rtr: Rtr) -> Result {
+        if rtr != Rtr::Write {
+            return Err(net::ffi_err(crate::ffi::EPROTO));
+        }
+        let mut tx = self.tx.lock();
+        let Tx { transmitter, stage, crc, .. } = &mut *tx;
+        let msg = Message::RdmaWrite { len: 0, stag: 1, to: 0 };
+        let n = transmitter.emit_message(&msg, &[], crc, &mut stage[..]).map_err(|_| EINVAL)?;
+        self.sock.send_all(&[stage.get(..n).unwrap_or(&[])])
     }
 
     /// The CM has been told the connection is up (CONNECT_REPLY or

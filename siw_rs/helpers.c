@@ -327,6 +327,7 @@ static ssize_t setting_store(struct device *dev, const char *buf, size_t count, 
 SIW_RS_SETTING_ATTR(mpa_crc, SIW_RS_SETTING_CRC);
 SIW_RS_SETTING_ATTR(mpa_markers, SIW_RS_SETTING_MARKERS);
 SIW_RS_SETTING_ATTR(zcopy, SIW_RS_SETTING_ZCOPY);
+SIW_RS_SETTING_ATTR(mpa_p2p, SIW_RS_SETTING_P2P);
 
 static ssize_t zcopy_sends_show(struct device *dev, struct device_attribute *attr, char *buf)
 {
@@ -338,6 +339,7 @@ static struct attribute *siw_rs_attrs[] = {
 	&dev_attr_siw_rs_abi.attr,
 	&dev_attr_mpa_crc.attr,
 	&dev_attr_mpa_markers.attr,
+	&dev_attr_mpa_p2p.attr,
 	&dev_attr_zcopy.attr,
 	&dev_attr_zcopy_sends.attr,
 	NULL

@@ -131,6 +131,7 @@ enum siw_rs_setting {
 	SIW_RS_SETTING_CRC = 0,
 	SIW_RS_SETTING_MARKERS = 1,
 	SIW_RS_SETTING_ZCOPY = 2,
+	SIW_RS_SETTING_P2P = 3,
 };
 int siw_rs_setting_get(struct ib_device *ib, int which);
 int siw_rs_setting_set(struct ib_device *ib, int which, int value);

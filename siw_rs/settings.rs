@@ -9,7 +9,13 @@
 //!   insert MPA markers into the FPDUs this device receives. Whatever the
 //!   setting, siw_rs inserts markers into what it sends when a peer asks
 //!   (upstream siw refuses such peers).
-//!
+//! - `mpa_p2p`: `0` (default, as upstream siw) connects without RFC 6581
+//!   peer-to-peer mode; `1` asks for it as initiator, offering a
+//!   zero-length RDMA Write as the ready-to-receive (RTR) message, which
+//!   this side then sends as its first FPDU: a responder that holds its
+//!   own sends until the RTR (siw_rs does, as do hardware RNICs in that
+//!   mode) then serves a server that sends first safely. As responder
+//!   siw_rs grants a peer's request whatever the setting.
 //!
 //! And one transmit setting, read for each large message:
 //!
@@ -28,7 +34,7 @@
 //!   counts the messages sent by reference.
 //!
 //! The files are `/sys/class/infiniband/<dev>/mpa_crc`, `…/mpa_markers`,
-//! `…/zcopy` and `…/zcopy_sends`; `helpers.c` declares them and calls the
+//! `…/mpa_p2p`, `…/zcopy` and `…/zcopy_sends`; `helpers.c` declares them and calls the
 //! functions below.
 
 use crate::{device::SiwRs, ffi, ib::Device};
@@ -41,6 +47,7 @@ use kernel::prelude::*;
 pub(crate) struct Knobs {
     crc: AtomicBool,
     markers: AtomicBool,
+    p2p: AtomicBool,
     /// Large Sends, RDMA Writes and Read Responses from a process's
     /// memory go to the socket by reference ([`crate::zcopy`]).
     zcopy: AtomicBool,
@@ -55,6 +62,7 @@ impl Knobs {
         Knobs {
             crc: AtomicBool::new(false),
             markers: AtomicBool::new(false),
+            p2p: AtomicBool::new(false),
             zcopy: AtomicBool::new(zcopy),
             zcopy_sends: AtomicU64::new(0),
         }
@@ -68,11 +76,17 @@ pub(crate) struct MpaSettings {
     pub(crate) crc: bool,
     /// Ask for markers on receive.
     pub(crate) markers: bool,
+    /// As initiator, ask for peer-to-peer mode (a Write RTR).
+    pub(crate) p2p: bool,
 }
 
 impl Knobs {
     pub(crate) fn get(&self) -> MpaSettings {
-        MpaSettings { crc: self.crc.load(Ordering::Relaxed), markers: self.markers.load(Ordering::Relaxed) }
+        MpaSettings {
+            crc: self.crc.load(Ordering::Relaxed),
+            markers: self.markers.load(Ordering::Relaxed),
+            p2p: self.p2p.load(Ordering::Relaxed),
+        }
     }
 
     /// Whether zero-copy transmit is on (read for each large message).
@@ -92,6 +106,7 @@ fn knob(knobs: &Knobs, which: c_int) -> Option<&AtomicBool> {
         ffi::SIW_RS_SETTING_CRC => Some(&knobs.crc),
         ffi::SIW_RS_SETTING_MARKERS => Some(&knobs.markers),
         ffi::SIW_RS_SETTING_ZCOPY => Some(&knobs.zcopy),
+        ffi::SIW_RS_SETTING_P2P => Some(&knobs.p2p),
         _ => None,
     }
 }
