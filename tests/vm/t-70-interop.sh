@@ -278,3 +278,47 @@ test_76_p2p_responder_waits_for_the_rtr() {
 	done
 	no_qps rs1
 }
+
+# siw_rs as initiator with its device's mpa_p2p on asks for RFC 6581
+# peer-to-peer mode, offering a zero-length RDMA Write as its RTR, and
+# sends that RTR before anything else. iwarp-peer as responder with --p2p
+# refuses a Request without peer-to-peer mode and holds its own sends
+# until the RTR is in (its rping server's first Read waits for it, up to
+# its --timeout): rping -c on rs1 must fail with mpa_p2p off (the default)
+# and pass 10 verified pings with it on, the peer naming the Write RTR.
+# Then both ends siw_rs: rfc7306's server, which sends first, on rs1 and
+# its client on rs2 with mpa_p2p on (the server holds until the RTR).
+# Not against upstream siw as responder: 6.12's siw takes the socket's
+# callback lock for writing in softirq when the RTR arrives
+# (siw_rtr_data_ready), and lockdep reports an inconsistent lock state
+# (usage.rst).
+test_77_p2p_initiator_sends_the_rtr() {
+	peer_topology rs1 siw_rs
+	local port=7191 rc=0 p
+	[ "$(cat /sys/class/infiniband/rs1/mpa_p2p)" = 0 ] || fail_because "mpa_p2p is not off by default" || return 1
+	! echo 2 > /sys/class/infiniband/rs1/mpa_p2p 2>/dev/null || fail_because "mpa_p2p took the value 2" || return 1
+	ip netns exec h2 timeout 60 "$PEER" server --listen 10.55.0.2:$port --p2p --rtr write --count 1 --size 64 \
+		--verify --timeout 20 > /tmp/peer.log 2>&1 &
+	p=$!
+	wait_listen h2 $port "$p"
+	ip netns exec h1 timeout 60 "$WP" rping -c -a 10.55.0.2 -p $port -C 1 -S 64 -V > /tmp/rping.log 2>&1 || rc=$?
+	kill "$p" 2>/dev/null || true
+	wait "$p" 2>/dev/null || true
+	echo "    mpa_p2p off, responder requiring peer-to-peer mode:"
+	log_tail '    peer| ' /tmp/peer.log 2
+	log_tail '    rping| ' /tmp/rping.log 2
+	[ "$rc" != 0 ] || fail_because "rping connected without peer-to-peer mode to a responder requiring it" || return 1
+	echo 1 > /sys/class/infiniband/rs1/mpa_p2p
+	port=$((port + 1))
+	echo "    mpa_p2p on, the same responder:"
+	server_client h2 h1 120 -- "$PEER" server --listen 10.55.0.2:$port --p2p --rtr write --count 10 --size 4096 \
+		--verify --timeout 50 -- "$WP" rping -c -a 10.55.0.2 -p $port -C 10 -S 4096 -V || return 1
+	grep -q 'RTR Some(Write)' /tmp/server.log || fail_because "the peer did not settle on the Write RTR" || return 1
+	ip netns exec h2 rdma link add rs2 type siw_rs netdev veth2
+	echo 1 > /sys/class/infiniband/rs2/mpa_p2p
+	port=$((port + 1))
+	echo "    rfc7306 server on rs1, its client on rs2 with mpa_p2p on:"
+	server_client h1 h2 120 -- "$WP" build/rfc7306 server 10.55.0.1 $port \
+		-- "$WP" build/rfc7306 client 10.55.0.1 $port || return 1
+	no_qps rs1
+}
