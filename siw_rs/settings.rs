@@ -13,9 +13,10 @@
 //!   peer-to-peer mode; `1` asks for it as initiator, offering a
 //!   zero-length RDMA Write as the ready-to-receive (RTR) message, which
 //!   this side then sends as its first FPDU: a responder that holds its
-//!   own sends until the RTR (siw_rs does, as do hardware RNICs in that
-//!   mode) then serves a server that sends first safely. As responder
-//!   siw_rs grants a peer's request whatever the setting.
+//!   own sends until the RTR (siw_rs does) then serves a server that
+//!   sends first safely. Not for upstream siw as responder (usage.rst,
+//!   "Who sends first"). As responder siw_rs grants a peer's request
+//!   whatever the setting.
 //!
 //! And one transmit setting, read for each large message:
 //!
