@@ -76,17 +76,26 @@ nvmeof_cleanup() {
 	[ -d "$NVMET_CFG" ] && nvmeof_target_down 2>/dev/null || true
 }
 
-# nvmeof_verify DEV: write a random pattern, read it back, compare.
+# nvmeof_verify DEV: write a random pattern, read it back, compare. The
+# two files go afterwards, whatever the outcome: they are as large as the
+# check (256 MiB each in make check-perf), and /tmp is a tmpfs that later
+# tests of the same VM need (test_68's iSER check ran out of it).
 nvmeof_verify() {
-	local dev=$1 pat=/tmp/nvmeof.pat back=/tmp/nvmeof.back
+	local dev=$1 pat=/tmp/nvmeof.pat back=/tmp/nvmeof.back rc=1
 	dd if=/dev/urandom of=$pat bs=1M count="$NVMEOF_MIB" status=none
 	# Bounded: a broken data path makes the host reconnect forever.
-	timeout 300 dd if=$pat of="$dev" bs=64k oflag=direct status=none ||
-		fail_because "writing $NVMEOF_MIB MiB failed or timed out" || return 1
-	timeout 300 dd if="$dev" of=$back bs=64k count=$((NVMEOF_MIB * 16)) iflag=direct status=none ||
-		fail_because "reading $NVMEOF_MIB MiB failed or timed out" || return 1
-	cmp $pat $back || fail_because "data read back differs from data written" || return 1
-	echo "    $NVMEOF_MIB MiB written and read back identical over $2"
+	if ! timeout 300 dd if=$pat of="$dev" bs=64k oflag=direct status=none; then
+		fail_because "writing $NVMEOF_MIB MiB failed or timed out" || true
+	elif ! timeout 300 dd if="$dev" of=$back bs=64k count=$((NVMEOF_MIB * 16)) iflag=direct status=none; then
+		fail_because "reading $NVMEOF_MIB MiB failed or timed out" || true
+	elif ! cmp $pat $back; then
+		fail_because "data read back differs from data written" || true
+	else
+		echo "    $NVMEOF_MIB MiB written and read back identical over $2"
+		rc=0
+	fi
+	rm -f $pat $back
+	return $rc
 }
 
 # nvmeof_setup TYPE: one device of TYPE on veth1, the target on it.

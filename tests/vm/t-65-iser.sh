@@ -132,8 +132,10 @@ iser_login() {
 
 iser_logout() { iser_adm --logout >/dev/null; }
 
-# Logs out, stops iscsid, takes the target down (each step may fail).
+# Logs out, stops iscsid, takes the target down, removes iser_io's files
+# (each step may fail).
 iser_cleanup() {
+	rm -f /tmp/iser.pat /tmp/iser.back
 	if pgrep -x iscsid >/dev/null; then
 		timeout 60 iscsiadm -m node -u >/dev/null 2>&1 || true
 		pkill -x iscsid || true
