@@ -146,9 +146,9 @@ iser_cleanup() {
 	[ ! -d "$LIO" ] || iser_target_down 2>/dev/null
 }
 
-# iser_fail MSG: says why, stops initiator and target, removes t1 and the
-# test's files (consumer_fail). Returns 1.
-iser_fail() { consumer_fail iser_cleanup iSER "$1" /tmp/iser.pat /tmp/iser.back; }
+# iser_fail MSG: says why, stops initiator and target, removes t1
+# (consumer_fail) and the test's files (iser_cleanup). Returns 1.
+iser_fail() { consumer_fail iser_cleanup iSER "$1"; }
 
 # iser_io DEV [WAIT] (logged in, DEV its disk): a random pattern written
 # through the disk (O_DIRECT) reads back identical, then again over a new
