@@ -35,6 +35,9 @@ host; git in the guest otherwise). For A/B work on a few rows:
 SIW_RS_BENCH_ONLY (comma-separated row keys as the report names them, e.g.
 "ib_send_bw 64 KiB q1,iperf3"; the rows of the chosen mode only) and
 SIW_RS_BENCH_PAIRS (e.g. "siw,mixed"); an unknown name is an error.
+SIW_RS_BENCH_IDLE_SERVER=1 runs the servers of ib_write_bw and ib_read_bw
+(which only poll for the end of the test) at SCHED_IDLE, see
+Documentation/siw_rs/benchmarks.rst.
 
 Only the Python standard library: the guest is the host's root file system,
 and /usr/bin/python3 is Debian's.
@@ -73,6 +76,9 @@ LAT_TOOLS = ["ib_write_lat", "ib_send_lat"]
 BW_SIZES = [64, 4096, 65536, 1048576]
 LAT_SIZES = [2, 4096]
 LAT_KINDS = ("lat", "tcp_lat")
+# Bandwidth tools whose server process does nothing but wait (the client's
+# Writes and Reads are served by the server's kernel).
+PASSIVE_SERVERS = ("ib_write_bw", "ib_read_bw")
 TCP_KINDS = ("tcp", "tcp_lat")
 
 # The same kernel-log patterns tests/vm/lib.sh fails a VM test on.
@@ -118,6 +124,7 @@ class Settings:
             sys.exit("run.py: SIW_RS_BENCH_DURATION must be at least 2 * SIW_RS_BENCH_MARGIN + 1")
         self.only = env_list("SIW_RS_BENCH_ONLY")
         self.pairs = env_list("SIW_RS_BENCH_PAIRS")
+        self.idle_server = os.environ.get("SIW_RS_BENCH_IDLE_SERVER", "0") not in ("", "0")
         bad = [n for n in self.pairs if n not in [p[0] for p in PAIRS]]
         if bad:
             sys.exit("run.py: SIW_RS_BENCH_PAIRS: no pair %s (pairs: %s)" % (
@@ -130,6 +137,7 @@ class Settings:
             "measured_window_s": self.duration - 2 * self.margin,
             "lat_iters": self.lat_iters,
             "only": self.only, "only_pairs": self.pairs,
+            "idle_server": self.idle_server,
             "pairs": {p: {"server": s[1], "client": c[1]} for p, s, c in PAIRS},
         }
 
@@ -506,6 +514,14 @@ class Bench:
                 climit = 180
             # Line-buffered: a killed perftest still leaves its output.
             scmd = ["stdbuf", "-oL", "-eL", WP, test.tool, "-d", sdev] + args
+            if st.idle_server and test.tool in PASSIVE_SERVERS:
+                # The server of a Write or Read test has nothing to do
+                # until the client is done, and polls for that: in this
+                # one VM it takes its share of a vCPU from the two hosts'
+                # data path, which on two machines it would not. At
+                # SCHED_IDLE it polls only on a vCPU with nothing else to
+                # run.
+                scmd = ["chrt", "--idle", "0"] + scmd
             ccmd = ["stdbuf", "-oL", "-eL", WP, test.tool, "-d", cdev] + args + [SERVER_IP]
         if test.kind in LAT_KINDS and (os.cpu_count() or 1) >= 2:
             # Both latency tools busy-poll: on one vCPU each waits out the
