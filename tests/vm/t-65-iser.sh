@@ -33,6 +33,8 @@ ISER_DISK=$LIO/core/rd_mcp_0/disk0
 # Bounded for the debug kernel under TCG, as NVMe-oF's.
 ISER_MIB=${SIW_RS_ISER_MIB:-2}
 ISER_LOG=/tmp/iscsid.log
+# iser_io's pattern and what it read back (iser_cleanup removes them).
+ISER_PAT=/tmp/iser.pat ISER_BACK=/tmp/iser.back
 
 # The node as iscsiadm names it (bounded: a broken path makes it retry).
 iser_adm() { timeout 120 iscsiadm -m node -T "$ISER_IQN" -p "$ISER_ADDR:3260" -I iser "$@"; }
@@ -135,7 +137,7 @@ iser_logout() { iser_adm --logout >/dev/null; }
 # Logs out, stops iscsid, takes the target down, removes iser_io's files
 # (each step may fail).
 iser_cleanup() {
-	rm -f /tmp/iser.pat /tmp/iser.back
+	rm -f "$ISER_PAT" "$ISER_BACK"
 	if pgrep -x iscsid >/dev/null; then
 		timeout 60 iscsiadm -m node -u >/dev/null 2>&1 || true
 		pkill -x iscsid || true
@@ -155,7 +157,7 @@ iser_fail() { consumer_fail iser_cleanup iSER "$1"; }
 # session after a logout (WAIT as for iser_login); logged in afterwards.
 # On failure says why (the caller cleans up).
 iser_io() {
-	local pat=/tmp/iser.pat back=/tmp/iser.back dev=$1
+	local pat=$ISER_PAT back=$ISER_BACK dev=$1
 	dd if=/dev/urandom of=$pat bs=1M count="$ISER_MIB" status=none
 	timeout 300 dd if=$pat of="$dev" bs=64k oflag=direct status=none ||
 		fail_because "writing $ISER_MIB MiB over iSER failed or timed out" || return 1
