@@ -101,6 +101,11 @@ def env_int(name, default):
     return int(v) if v.strip() else default
 
 
+def env_flag(name):
+    """Whether NAME is set to something other than empty or 0."""
+    return os.environ.get(name, "0") not in ("", "0")
+
+
 def env_list(name):
     return [x.strip() for x in os.environ.get(name, "").split(",") if x.strip()]
 
@@ -124,7 +129,7 @@ class Settings:
             sys.exit("run.py: SIW_RS_BENCH_DURATION must be at least 2 * SIW_RS_BENCH_MARGIN + 1")
         self.only = env_list("SIW_RS_BENCH_ONLY")
         self.pairs = env_list("SIW_RS_BENCH_PAIRS")
-        self.idle_server = os.environ.get("SIW_RS_BENCH_IDLE_SERVER", "0") not in ("", "0")
+        self.idle_server = env_flag("SIW_RS_BENCH_IDLE_SERVER")
         bad = [n for n in self.pairs if n not in [p[0] for p in PAIRS]]
         if bad:
             sys.exit("run.py: SIW_RS_BENCH_PAIRS: no pair %s (pairs: %s)" % (
@@ -747,7 +752,7 @@ def collect_meta(st):
 
 def main():
     args = sys.argv[1:]
-    quick = os.environ.get("SIW_RS_BENCH_QUICK", "0") not in ("", "0") or "--quick" in args
+    quick = env_flag("SIW_RS_BENCH_QUICK") or "--quick" in args
     st = Settings(quick)
     if "--estimate" in args:
         p = plan(st)
