@@ -98,6 +98,12 @@ struct Rx {
     receiver: KBox<Receiver<Crc32c>>,
     /// The receive WQE of the Send in progress and its regions.
     recv: Option<(RecvWqe, [Option<Arc<Mem>>; qp::NSGE])>,
+    /// The receive WQE taken for the next Send or Immediate Data message
+    /// when the protocol core asked for its length ([`qp::claim_recv`]),
+    /// until that message's header takes it.
+    next: Option<RecvWqe>,
+    /// The teardown has flushed the two above: nothing more is received.
+    ended: bool,
     /// The tagged segment in progress (none for a zero-length one).
     tagged: Option<TaggedSeg>,
     /// A validated inbound Read or Atomic Request awaiting its segment's
@@ -734,6 +740,8 @@ impl Conn {
                 rx <- crate::sync::new_bh_spinlock!(Rx {
                     receiver,
                     recv: None,
+                    next: None,
+                    ended: false,
                     tagged: None,
                     inbound: None,
                     write_len: 0,
@@ -1446,7 +1454,7 @@ impl Conn {
         let (peer_term, peer_code) = {
             let mut rx = self.rx.lock();
             Socket::read_sk(sk, &mut |piece: &[u8]| {
-                if failed.is_some() || rx.peer_terminated {
+                if failed.is_some() || rx.peer_terminated || rx.ended {
                     return piece.len();
                 }
                 // The initiator has processed the MPA Reply (see
@@ -1501,10 +1509,18 @@ impl Conn {
         let mut rest = piece;
         loop {
             // Queue 0: a receive WQE (its length bounds a Send; Immediate
-            // Data only needs one); queue 1: room within the IRD; queue 3:
-            // an outstanding Atomic Request.
+            // Data only needs one), taken now for the message's header to
+            // use (the core asks again only if the segment is not yet
+            // whole, and then gets the same one); queue 1: room within the
+            // IRD; queue 3: an outstanding Atomic Request.
+            let next = &mut rx.next;
             let mut posted = |qn: u32, _msn: u32, _op: Opcode| match qn {
-                0 => qp::peek_recv_len(qp),
+                0 => {
+                    if next.is_none() {
+                        *next = qp::claim_recv(qp);
+                    }
+                    next.as_ref().map(|w| w.len)
+                }
                 1 if qp::inbound_room(qp) => Some(u32::MAX),
                 3 if qp::atomic_sink(qp).is_some() => Some(u32::MAX),
                 _ => None,
@@ -1542,7 +1558,7 @@ impl Conn {
         match h.opcode {
             Opcode::Send | Opcode::SendSe | Opcode::SendInvalidate | Opcode::SendSeInvalidate => {
                 if h.first {
-                    let Some(w) = qp::pop_recv(qp) else {
+                    let Some(w) = rx.next.take() else {
                         return Err(rx.receiver.reject(TermCode::DdpUntagged(
                             crate::iwarp::terminate::UntaggedCode::MsnNoBuffer,
                         )));
@@ -1623,7 +1639,7 @@ impl Conn {
             Opcode::ImmediateData | Opcode::ImmediateDataSe => {
                 // It takes a receive WQE of its own, like a Send,
                 // but places nothing in it.
-                let Some(w) = qp::pop_recv(qp) else {
+                let Some(w) = rx.next.take() else {
                     return Err(rx.receiver.reject(TermCode::DdpUntagged(
                         crate::iwarp::terminate::UntaggedCode::MsnNoBuffer,
                     )));
@@ -1860,10 +1876,18 @@ impl Conn {
         }
         self.sock.shutdown();
         // A receive the stream was filling when it ended (a Send cut short,
-        // refused for its CRC, ...) is out of the receive queue: flush it
-        // first, it is older than those still queued.
-        let filling = self.rx.lock().recv.take();
-        if let Some((w, _)) = filling {
+        // refused for its CRC, ...) and one taken for the message after it
+        // are out of the receive queue: flush them first and in that order,
+        // they are older than those still queued. A receive running
+        // meanwhile (it passed the `closing` check before `close`) is done
+        // once the lock is had; `ended` stops any later one from taking
+        // another.
+        let (filling, next) = {
+            let mut rx = self.rx.lock();
+            rx.ended = true;
+            (rx.recv.take().map(|(w, _)| w), rx.next.take())
+        };
+        for w in [filling, next].into_iter().flatten() {
             qp::complete_recv(qp, w, WcStatus::WrFlushErr, 0, false, RecvKind::Send { invalidated: None });
         }
         // Zero-copy sends still in flight get a moment for the peer's

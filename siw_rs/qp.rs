@@ -230,8 +230,6 @@ struct Inner {
     conn: Option<Arc<Conn>>,
     /// References the iWARP CM holds (`iw_add_ref`).
     cm_refs: u32,
-    /// With an SRQ: the entry taken for the message being received.
-    claimed: Option<RecvWqe>,
     /// A process's QP: the next entries to take from its send and receive
     /// rings (the kernel's own consumer indices).
     sq_next: u32,
@@ -358,7 +356,6 @@ impl QpCore {
             inbound: Fifo::new(MAX_IRD)?,
             conn: None,
             cm_refs: 0,
-            claimed: None,
             sq_next: 0,
             rq_next: 0,
         };
@@ -762,9 +759,6 @@ fn enter_error_after(qp: &Qp<SiwRs>, inner: &mut Inner, in_flight: Option<SendWq
         flush_send(qp, &w, wakes);
     }
     while let Some(w) = inner.rq.pop() {
-        flush_recv(qp, &w, wakes);
-    }
-    if let Some(w) = inner.claimed.take() {
         flush_recv(qp, &w, wakes);
     }
     drain_user(qp, inner, wakes);
@@ -1447,66 +1441,36 @@ pub(crate) fn execute_local(qp: &Qp<SiwRs>, w: &SendWqe) -> core::result::Result
     }
 }
 
-/// The length of the receive WQE at the head of the RQ.
-pub(crate) fn peek_recv_len(qp: &Qp<SiwRs>) -> Option<u32> {
+/// Takes the receive WQE for a new inbound message (from the SRQ if the QP
+/// has one); `None` if none is posted or the QP is not in RTS.
+///
+/// The receive path asks once per message, at its first segment, when the
+/// protocol core needs the buffer's length, and keeps the entry from then
+/// on: the length checked is that of the buffer the message fills, also
+/// when other QPs take from the same SRQ meanwhile, and placing the message
+/// takes no further look at the queue. An entry the receive path holds when
+/// the connection ends is flushed by its teardown, before the QP's queue.
+pub(crate) fn claim_recv(qp: &Qp<SiwRs>) -> Option<RecvWqe> {
     if let Some(srq) = qp.srq() {
-        return claim_srq(qp, srq);
+        if qp.data().inner.lock().state != QpState::Rts {
+            return None;
+        }
+        return crate::srq::take(srq);
     }
     let mut wakes = Wakes::none();
-    let len = {
+    let w = {
         let mut inner = qp.data().inner.lock();
         if inner.state == QpState::Rts && inner.rq.len == 0 {
             pull_rq(qp, &mut inner, &mut wakes);
         }
-        if inner.state != QpState::Rts || inner.rq.len == 0 {
+        if inner.state != QpState::Rts {
             None
         } else {
-            inner.rq.slots.get(inner.rq.head).and_then(|s| s.as_ref()).map(|w| w.len)
+            inner.rq.pop()
         }
     };
     wakes.run(qp);
-    len
-}
-
-/// With an SRQ: takes an entry for the next message (once), so that the
-/// length seen now is that of the buffer [`pop_recv`] returns, whatever
-/// other QPs take from the SRQ meanwhile.
-fn claim_srq(qp: &Qp<SiwRs>, srq: &crate::verbs::Srq<SiwRs>) -> Option<u32> {
-    {
-        let inner = qp.data().inner.lock();
-        if inner.state != QpState::Rts {
-            return None;
-        }
-        if let Some(w) = &inner.claimed {
-            return Some(w.len);
-        }
-    }
-    let w = crate::srq::take(srq)?;
-    let len = w.len;
-    let mut wakes = Wakes::none();
-    {
-        let mut inner = qp.data().inner.lock();
-        if inner.state == QpState::Rts {
-            inner.claimed = Some(w);
-        } else {
-            // The QP failed meanwhile: the entry is its own now.
-            flush_recv(qp, &w, &mut wakes);
-        }
-    }
-    wakes.run(qp);
-    Some(len)
-}
-
-/// The receive WQE for a new inbound message (after [`peek_recv_len`]).
-pub(crate) fn pop_recv(qp: &Qp<SiwRs>) -> Option<RecvWqe> {
-    let mut inner = qp.data().inner.lock();
-    if inner.state != QpState::Rts {
-        return None;
-    }
-    if qp.srq().is_some() {
-        return inner.claimed.take();
-    }
-    inner.rq.pop()
+    w
 }
 
 /// How a receive WQE was consumed.
