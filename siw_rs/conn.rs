@@ -1919,6 +1919,9 @@ impl Conn {
             };
             qp.event(ev);
         }
+        // The receive path gave back its SRQ entries above, and the QP is
+        // in ERROR now: it takes no more.
+        qp::srq_released(qp);
         // CLOSE only after the event that made the connection up (see
         // `up`), which delivers it if this came first.
         let cm = {

@@ -407,11 +407,14 @@ struct Wakes {
     /// A connection to end because the QP failed locally (see
     /// [`user_fault`]); ended here, outside the QP's lock.
     fail: Option<Arc<Conn>>,
+    /// The QP entered ERROR with no connection holding SRQ entries: it
+    /// reports the last one taken ([`srq_released`]).
+    last_wqe: bool,
 }
 
 impl Wakes {
     fn none() -> Self {
-        Wakes { send: cq::Pushed::default(), recv: cq::Pushed::default(), fail: None }
+        Wakes { send: cq::Pushed::default(), recv: cq::Pushed::default(), fail: None, last_wqe: false }
     }
 
     fn merge(slot: &mut cq::Pushed, r: core::result::Result<bool, cq::Overflow>) {
@@ -421,6 +424,9 @@ impl Wakes {
     fn run(self, qp: &Qp<SiwRs>) {
         cq::wake_all(qp.send_cq(), self.send);
         cq::wake_all(qp.recv_cq(), self.recv);
+        if self.last_wqe {
+            srq_released(qp);
+        }
         if let Some(c) = self.fail {
             c.close_local_error();
         }
@@ -762,6 +768,9 @@ fn enter_error_after(qp: &Qp<SiwRs>, inner: &mut Inner, in_flight: Option<SendWq
         flush_recv(qp, &w, wakes);
     }
     drain_user(qp, inner, wakes);
+    // A connection's receive path may hold SRQ entries: its teardown
+    // flushes them and then reports the last one.
+    wakes.last_wqe = inner.conn.is_none();
 }
 
 /// Whether the consumer may move a QP from `from` to `to` (the connection
@@ -1041,6 +1050,16 @@ pub(crate) fn establish(qp: &Qp<SiwRs>, conn: Arc<Conn>, ird: u32, ord: u32) -> 
 /// The QP's connection, if any.
 pub(crate) fn conn_of(qp: &Qp<SiwRs>) -> Option<Arc<Conn>> {
     qp.data().inner.lock().conn.clone()
+}
+
+/// A QP in ERROR has completed every SRQ entry it took and takes no more
+/// (its connection, if it had one, is torn down past its receive path):
+/// the "last WQE reached" event, which `ib_drain_qp` waits for (up to 60
+/// s) on a QP with an SRQ. Nothing for a QP without an SRQ.
+pub(crate) fn srq_released(qp: &Qp<SiwRs>) {
+    if qp.srq().is_some() {
+        qp.event(crate::verbs::AsyncEvent::QpLastWqeReached);
+    }
 }
 
 /// The connection finished its teardown.

@@ -424,6 +424,9 @@ pub(crate) enum AsyncEvent {
     QpFatal,
     /// The peer violated an access right.
     QpAccessErr,
+    /// A QP on an SRQ is in ERROR and takes no more entries from it: every
+    /// entry it took has completed (`ib_drain_qp` waits for this).
+    QpLastWqeReached,
     /// An SRQ's entries fell below its armed limit.
     SrqLimitReached,
     /// A process wrote a malformed entry into its SRQ ring.
@@ -436,6 +439,7 @@ impl AsyncEvent {
             Self::CqErr => ffi::IB_EVENT_CQ_ERR,
             Self::QpFatal => ffi::IB_EVENT_QP_FATAL,
             Self::QpAccessErr => ffi::IB_EVENT_QP_ACCESS_ERR,
+            Self::QpLastWqeReached => ffi::IB_EVENT_QP_LAST_WQE_REACHED,
             Self::SrqLimitReached => ffi::IB_EVENT_SRQ_LIMIT_REACHED,
             Self::SrqErr => ffi::IB_EVENT_SRQ_ERR,
         }

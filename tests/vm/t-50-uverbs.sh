@@ -376,6 +376,51 @@ test_52_device_deleted_under_a_process() {
 # nothing. Then a copy kept past its device: the device is deleted while
 # the file is open, the module refuses to unload (the file's operations
 # are the module's), and once the file is closed it unloads.
+# A QP on an SRQ that enters ERROR takes no more entries from the SRQ:
+# the driver reports "last WQE reached" (IB spec 11.6.3.3), the event
+# ib_drain_qp waits for on such a QP (up to 60 s, see test_63). Through
+# libibverbs: a QP without an SRQ goes to ERROR first and must report
+# nothing, so the first event the context reads is the SRQ QP's; the
+# entries posted to the SRQ stay there (no flush completion).
+test_51_srq_qp_reports_last_wqe_reached() {
+	uverbs_pair
+	cat > /tmp/lastwqe.py <<'PY'
+import signal, sys
+import pyverbs.enums as e
+from pyverbs.device import Context
+from pyverbs.pd import PD
+from pyverbs.cq import CQ
+from pyverbs.srq import SRQ, SrqInitAttr, SrqAttr
+from pyverbs.qp import QP, QPInitAttr, QPCap, QPAttr
+from pyverbs.mr import MR
+from pyverbs.wr import RecvWR, SGE
+signal.alarm(30)  # no event: the process ends with SIGALRM
+ctx = Context(name=sys.argv[1])
+pd = PD(ctx)
+cq = CQ(ctx, 16)
+srq = SRQ(pd, SrqInitAttr(SrqAttr(max_wr=16, max_sge=1)))
+mr = MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE)
+for i in range(4):
+    srq.post_recv(RecvWR(wr_id=i, num_sge=1, sg=[SGE(mr.buf, 64, mr.lkey)]))
+cap = QPCap(max_send_wr=4, max_recv_wr=4, max_send_sge=1, max_recv_sge=1)
+plain = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap))
+plain.modify(QPAttr(qp_state=e.IBV_QPS_ERR), e.IBV_QP_STATE)
+shared = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, srq=srq, cap=cap))
+shared.modify(QPAttr(qp_state=e.IBV_QPS_ERR), e.IBV_QP_STATE)
+ev = ctx.get_async_event()
+kind = ev.event_type
+ev.ack()
+n, wcs = cq.poll(16)
+print("first event %d (last WQE reached is %d); %d completions" % (kind, e.IBV_EVENT_QP_LAST_WQE_REACHED, n))
+sys.exit(0 if kind == e.IBV_EVENT_QP_LAST_WQE_REACHED and n == 0 else 1)
+PY
+	local rc=0
+	wp /usr/bin/python3 /tmp/lastwqe.py rs1 > /tmp/lastwqe.log 2>&1 || rc=$?
+	sed 's/^/    /' /tmp/lastwqe.log
+	[ "$rc" = 0 ] || fail_because "no 'last WQE reached' as the first event, or SRQ entries flushed (exit $rc)" || return 1
+	no_qps rs1
+}
+
 test_53_doorbell_file() {
 	uverbs_pair
 	wp build/doorbell-file check rs1 | sed 's/^/    /'

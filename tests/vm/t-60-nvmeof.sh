@@ -176,3 +176,46 @@ test_62_nvmeof_zero_copy() {
 	nvmeof_teardown
 	[ "$after" = "$before" ] || fail_because "with CRC on, zcopy_sends grew by $((after - before)), want 0" || return 1
 }
+
+# nvmet-rdma loaded with use_srq=1 posts its command buffers to shared
+# receive queues (one per completion vector), which all the target's QPs
+# take from: each command capsule the host sends fills an entry that the
+# QP receiving it claims at the capsule's first segment (qp::claim_recv),
+# and the disconnect flushes the QPs with entries still in the SRQs. Data
+# verified as in test_60; the target must have made its SRQs on the device.
+# Removing the port drains the target's QPs: ib_drain_qp on a QP with an
+# SRQ waits for the driver's "last WQE reached" event, and without it for
+# 60 s per QP (1 min 2 s here with upstream siw, which never reports it;
+# about 1 s with the event): the removal must end well inside that.
+test_63_nvmeof_target_on_shared_receive_queues() {
+	nvmeof_cleanup
+	modprobe -r nvmet-rdma || fail_because "nvmet-rdma would not unload" || return 1
+	modprobe nvmet-rdma use_srq=1
+	local dev srqs rc=0
+	[ "$(cat /sys/module/nvmet_rdma/parameters/use_srq)" = Y ] || fail_because "nvmet-rdma not loaded with use_srq=1" || return 1
+	nvmeof_setup siw_rs
+	if dev=$(nvmeof_connect); then
+		srqs=$(rdma res show 2>/dev/null | awk '$2 == "t1:" {for (i = 3; i < NF; i++) if ($i == "srq") print $(i + 1)}')
+		echo "    the target holds ${srqs:-no} SRQs on t1"
+		if [ "${srqs:-0}" -lt 1 ]; then
+			fail_because "no SRQ on t1 with nvmet-rdma's use_srq=1" || true
+			rc=1
+		elif ! nvmeof_verify "$dev" "siw_rs, the target on SRQs"; then
+			rc=1
+		fi
+		nvmeof_disconnect
+	else
+		rc=1
+	fi
+	local t0=$EPOCHSECONDS took
+	nvmeof_teardown
+	took=$((EPOCHSECONDS - t0))
+	echo "    the target's port and QPs went in ${took} s"
+	if [ "$took" -ge 40 ]; then
+		fail_because "removing the port took $took s: the drain of its SRQ QPs waited out ib_drain_qp's 60 s timeout" || true
+		rc=1
+	fi
+	# Later tests get the target as they load it, without SRQs.
+	modprobe -r nvmet-rdma || true
+	return $rc
+}
