@@ -7,8 +7,12 @@ SIW_RS_KO=${SIW_RS_KO:?SIW_RS_KO must name the built siw_rs.ko}
 
 # Kernel log patterns that fail any test: warnings, KASAN, lockdep, hung
 # tasks, Rust panics, leaks, SLUB debug reports ("BUG kmalloc-64 (Tainted:
-# ...): Left Redzone overwritten", no colon after BUG).
-BAD_DMESG='WARNING:|BUG:|BUG [[:alnum:]_.:-]+ \(|KASAN|UBSAN|Oops|general protection|possible recursive locking|circular locking|inconsistent lock state|INFO: task .* blocked|rust_panic|panicked at|unreferenced object|refcount_t:|list_add corruption|list_del corruption'
+# ...): Left Redzone overwritten", no colon after BUG). A kernel general
+# protection fault reads "general protection fault: 0000 [#1]" or
+# "general protection fault, probably for ..."; a process's reads
+# "traps: NAME[PID] general protection fault ip:...", and fails its test
+# through the process's exit status instead.
+BAD_DMESG='WARNING:|BUG:|BUG [[:alnum:]_.:-]+ \(|KASAN|UBSAN|Oops|general protection fault[,:]|possible recursive locking|circular locking|inconsistent lock state|INFO: task .* blocked|rust_panic|panicked at|unreferenced object|refcount_t:|list_add corruption|list_del corruption'
 
 # Whether a kernel report belongs to upstream siw alone: in a test named
 # *_upstream_siw (which never loads siw_rs), a log that names siw_rs
@@ -343,6 +347,9 @@ server_client() {
 	wait_listen "$sns" "$(server_port "${scmd[@]}")" "$spid"
 	local crc=0 src=0
 	ip netns exec "$cns" timeout "$t" "${ccmd[@]}" > /tmp/client.log 2>&1 || crc=$?
+	# A client that failed leaves a server waiting for it: end the server
+	# rather than wait for its timeout.
+	[ "$crc" = 0 ] || kill "$spid" 2>/dev/null || true
 	wait "$spid" || src=$?
 	log_tail '    server| ' /tmp/server.log 15
 	log_tail '    client| ' /tmp/client.log 15
