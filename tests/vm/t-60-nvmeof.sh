@@ -180,8 +180,8 @@ test_62_nvmeof_zero_copy() {
 # nvmet-rdma loaded with use_srq=1 posts its command buffers to shared
 # receive queues (one per completion vector), which all the target's QPs
 # take from: each command capsule the host sends fills an entry that the
-# QP receiving it claims at the capsule's first segment (qp::claim_recv),
-# and the disconnect flushes the QPs with entries still in the SRQs. Data
+# QP receiving it claims at the capsule's first segment (qp::claim_recv);
+# the disconnect flushes the QPs, and what the SRQs still hold stays. Data
 # verified as in test_60; the target must have made its SRQs on the device.
 # Removing the port drains the target's QPs: ib_drain_qp on a QP with an
 # SRQ waits for the driver's "last WQE reached" event, and without it for
