@@ -6,6 +6,7 @@
 #   make check      host tests + VM tests; prints "N passed, N failed"
 #   make demo       boot a VM, create two siw_rs devices on a netns pair, show them working
 #   make bench      benchmarks on the perf kernel (JSON + plot)
+#   make bench-insns guest instructions per round trip, counted by QEMU (perf kernel)
 #   make check-perf long runs on the perf kernel (perftest -a sweeps, rping -C 1000)
 #   make KDIR=/lib/modules/$(uname -r)/build
 #                   build against another kernel (it must have CONFIG_RUST and
@@ -34,7 +35,7 @@ endif
 MODULE_SRCS := Kbuild $(wildcard siw_rs/*.rs siw_rs/*.c siw_rs/*.h) siw_rs/Kbuild \
 	       siw_rs/bindgen_allowlist $(wildcard iwarp-core/src/*.rs) $(wildcard uapi/*.h)
 
-.PHONY: all module provider kernel check check-perf demo bench install clean setup host-test
+.PHONY: all module provider kernel check check-perf demo bench bench-insns install clean setup host-test
 
 all: module provider
 
@@ -68,6 +69,9 @@ demo:
 
 bench:
 	@scripts/bench
+
+bench-insns:
+	@scripts/bench-insns
 
 check-perf:
 	@scripts/check-perf
