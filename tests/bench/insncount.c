@@ -64,7 +64,8 @@ static const char *const range_name[NRANGES] = { "user", "kernel", "module" };
 
 /* One translated block. A block translated again gets a new record; the
  * report adds records by address. Only the vCPU's own thread writes its
- * counter; a snapshot's reads may be a block behind. */
+ * counter; a snapshot's reads may be a block behind. The range totals are
+ * summed from these at each snapshot, so a block's run costs one add. */
 struct block {
 	uint64_t vaddr;
 	uint32_t insns;
@@ -74,7 +75,6 @@ struct block {
 };
 
 static struct block *blocks;
-static uint64_t totals[MAX_VCPUS][NRANGES];
 static uint64_t modstart = 0xffffffffc0000000ull;
 static const char *dir = ".";
 static FILE *out;
@@ -86,32 +86,30 @@ static void block_ran(unsigned int vcpu, void *udata)
 {
 	struct block *b = udata;
 
-	if (vcpu < MAX_VCPUS) {
-		totals[vcpu][b->range] += b->insns;
+	if (vcpu < MAX_VCPUS)
 		b->execs[vcpu]++;
-	}
 }
 
-static void write_profile(int n)
+/* Writes DIR/prof-N.txt (kernel and module blocks) and adds every block's
+ * instructions to t by range. */
+static void write_profile(int n, uint64_t t[NRANGES])
 {
 	char path[4096];
 	FILE *f;
 
 	snprintf(path, sizeof(path), "%s/prof-%03d.txt", dir, n);
 	f = fopen(path, "w");
-	if (!f)
-		return;
 	for (struct block *b = blocks; b; b = b->next) {
 		uint64_t e = 0;
 
-		if (b->range == USER)
-			continue;
 		for (int c = 0; c < MAX_VCPUS; c++)
 			e += b->execs[c];
-		if (e)
+		t[b->range] += e * b->insns;
+		if (f && e && b->range != USER)
 			fprintf(f, "%llx %u %llu\n", (unsigned long long)b->vaddr, b->insns, (unsigned long long)e);
 	}
-	fclose(f);
+	if (f)
+		fclose(f);
 }
 
 static void snapshot(unsigned int vcpu, void *udata)
@@ -120,10 +118,7 @@ static void snapshot(unsigned int vcpu, void *udata)
 
 	(void)udata;
 	pthread_mutex_lock(&lock);
-	for (int c = 0; c < MAX_VCPUS; c++)
-		for (int r = 0; r < NRANGES; r++)
-			t[r] += totals[c][r];
-	write_profile(seq);
+	write_profile(seq, t);
 	fprintf(out, "mark seq=%d cpu=%d", seq, vcpu == ~0u ? -1 : (int)vcpu);
 	for (int r = 0; r < NRANGES; r++)
 		fprintf(out, " %s=%llu", range_name[r], (unsigned long long)t[r]);

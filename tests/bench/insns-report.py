@@ -45,8 +45,8 @@ def short(name):
         j = i
         while j < len(sym) and sym[j].isdigit():
             j += 1
-        # An identifier is its length, then itself; a backref or a
-        # disambiguator (B5_, s8_) puts digits before an underscore.
+        # An identifier is its length, then itself; a disambiguator
+        # (s8_) puts digits before an underscore, not a letter.
         if j > i and sym[j:j + 1].isalpha():
             n = int(sym[i:j])
             ident = sym[j:j + n]
