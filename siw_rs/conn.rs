@@ -1508,40 +1508,23 @@ impl Conn {
         let qp = self.qp();
         let mut rest = piece;
         loop {
-            // Queue 0: a receive WQE (its length bounds a Send; Immediate
-            // Data only needs one), taken now for the message's header to
-            // use (the core asks again only if the segment is not yet
-            // whole, and then gets the same one); queue 1: room within the
-            // IRD; queue 3: an outstanding Atomic Request.
-            let next = &mut rx.next;
-            let mut posted = |qn: u32, _msn: u32, _op: Opcode| match qn {
-                0 => {
-                    if next.is_none() {
-                        *next = qp::claim_recv(qp);
-                    }
-                    next.as_ref().map(|w| w.len)
-                }
-                1 if qp::inbound_room(qp) => Some(u32::MAX),
-                3 if qp::atomic_sink(qp).is_some() => Some(u32::MAX),
-                _ => None,
-            };
-            let Some(polled) = rx.receiver.poll_segment(&mut rest, &mut posted)? else {
+            let Some(polled) = Self::rx_poll(qp, rx, &mut rest)? else {
                 return Ok(());
             };
-            match polled {
+            match &polled {
                 // A segment that came whole (the common case: one call,
                 // its CRC already checked): its header, payload and
                 // completion in the order its events would have come.
                 Polled::Segment(w) => {
-                    let h = w.done.header;
+                    let h = &w.done.header;
                     self.rx_header(rx, h)?;
                     if !w.data.is_empty() {
                         self.rx_data(rx, Placement { target: h.target, data: w.data })?;
                     }
-                    self.rx_done(rx, w.done, kick)?;
+                    self.rx_done(rx, &w.done, kick)?;
                 }
                 Polled::Event(RxEvent::Header(h)) => self.rx_header(rx, h)?,
-                Polled::Event(RxEvent::Data(p)) => self.rx_data(rx, p)?,
+                Polled::Event(RxEvent::Data(p)) => self.rx_data(rx, *p)?,
                 Polled::Event(RxEvent::Done(d)) => self.rx_done(rx, d, kick)?,
             }
             // The peer's TERMINATE ends the stream.
@@ -1551,9 +1534,35 @@ impl Conn {
         }
     }
 
+    /// The receiver's next segment or event from `rest`. Out of line: the
+    /// result (a segment header with its fixed payload) then stays in one
+    /// place in memory, which the handlers read by reference, rather than
+    /// being split into registers and put back together for each call.
+    #[inline(never)]
+    fn rx_poll<'a>(qp: &Qp<SiwRs>, rx: &mut Rx, rest: &mut &'a [u8]) -> core::result::Result<Option<Polled<'a>>, RxError> {
+        // Queue 0: a receive WQE (its length bounds a Send; Immediate
+        // Data only needs one), taken now for the message's header to
+        // use (the core asks again only if the segment is not yet whole,
+        // and then gets the same one); queue 1: room within the IRD;
+        // queue 3: an outstanding Atomic Request.
+        let Rx { next, receiver, .. } = rx;
+        let mut posted = |qn: u32, _msn: u32, _op: Opcode| match qn {
+            0 => {
+                if next.is_none() {
+                    *next = qp::claim_recv(qp);
+                }
+                next.as_ref().map(|w| w.len)
+            }
+            1 if qp::inbound_room(qp) => Some(u32::MAX),
+            3 if qp::atomic_sink(qp).is_some() => Some(u32::MAX),
+            _ => None,
+        };
+        receiver.poll_segment(rest, &mut posted)
+    }
+
     /// A segment's header is in: find what it goes to (the receive WQE, the
     /// region, the inbound request's target), or refuse it.
-    fn rx_header(&self, rx: &mut Rx, h: SegmentHeader) -> core::result::Result<(), RxError> {
+    fn rx_header(&self, rx: &mut Rx, h: &SegmentHeader) -> core::result::Result<(), RxError> {
         let qp = self.qp();
         match h.opcode {
             Opcode::Send | Opcode::SendSe | Opcode::SendInvalidate | Opcode::SendSeInvalidate => {
@@ -1681,7 +1690,7 @@ impl Conn {
 
     /// A segment is complete and verified: completions, responses, the
     /// peer's TERMINATE.
-    fn rx_done(&self, rx: &mut Rx, d: SegmentDone, kick: &mut bool) -> core::result::Result<(), RxError> {
+    fn rx_done(&self, rx: &mut Rx, d: &SegmentDone, kick: &mut bool) -> core::result::Result<(), RxError> {
         let qp = self.qp();
         match d.header.opcode {
             Opcode::Send | Opcode::SendSe | Opcode::SendInvalidate | Opcode::SendSeInvalidate => {
