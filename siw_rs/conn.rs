@@ -1511,6 +1511,7 @@ impl Conn {
             let Some(polled) = Self::rx_poll(qp, rx, &mut rest)? else {
                 return Ok(());
             };
+            let whole = matches!(polled, Polled::Segment(_));
             match &polled {
                 // A segment that came whole (the common case: one call,
                 // its CRC already checked): its header, payload and
@@ -1529,6 +1530,13 @@ impl Conn {
             }
             // The peer's TERMINATE ends the stream.
             if rx.peer_terminated {
+                return Ok(());
+            }
+            // A whole segment leaves the receiver between FPDUs, where an
+            // empty input has nothing to report: polling again would only
+            // find that out (at a piece's end, the usual case: one FPDU
+            // per TCP segment).
+            if whole && rest.is_empty() {
                 return Ok(());
             }
         }

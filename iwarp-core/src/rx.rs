@@ -734,7 +734,9 @@ impl<C: CrcEngine> Receiver<C> {
     /// would refuse at its header and whose CRC fails ends with the CRC
     /// error (an FPDU that does not verify is not acted on).
     /// [`reject`](Self::reject) after a `Segment` refuses that segment, as
-    /// after its `Done`.
+    /// after its `Done`. A `Segment` leaves the receiver between FPDUs,
+    /// where an empty input gives `Ok(None)`: a caller at the end of its
+    /// input need not poll again.
     pub fn poll_segment<'a, B>(
         &mut self,
         input: &mut &'a [u8],
@@ -1535,6 +1537,10 @@ mod tests {
                                 assert!(w.done.header.fixed.is_none());
                                 assert_eq!(w.data.len(), w.done.header.payload_len as usize);
                                 assert!(rx.at_fpdu_boundary());
+                                // Between FPDUs an empty input has nothing
+                                // to report (the driver relies on it).
+                                let mut empty: &[u8] = &[];
+                                assert_eq!(rx.poll_segment(&mut empty, bufs), Ok(None));
                                 w.events().collect()
                             }
                             Polled::Event(ev) => vec![ev],
