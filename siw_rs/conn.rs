@@ -1508,11 +1508,15 @@ impl Conn {
         let qp = self.qp();
         let mut rest = piece;
         loop {
-            let Some(polled) = Self::rx_poll(qp, rx, &mut rest)? else {
-                return Ok(());
+            // Matched where it lies: moving it out costs two copies.
+            let r = Self::rx_poll(qp, rx, &mut rest);
+            let polled = match &r {
+                Ok(Some(p)) => p,
+                Ok(None) => return Ok(()),
+                Err(e) => return Err(*e),
             };
             let whole = matches!(polled, Polled::Segment(_));
-            match &polled {
+            match polled {
                 // A segment that came whole (the common case: one call,
                 // its CRC already checked): its header, payload and
                 // completion in the order its events would have come.
