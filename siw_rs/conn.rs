@@ -489,15 +489,18 @@ fn collect_zc_parts<'a>(batch: &'a TxBatch, segs: &'a Segs, parts: &mut [ZcPart<
 }
 
 /// What [`Conn::send_small`] did with a job.
+///
+/// The job stays in the caller's place throughout (a WQE is about 150
+/// octets, and each move of one is a call to memcpy).
 enum Small {
-    /// Staged (and sent, unless gathering) and completed; the next job,
-    /// taken with its completion.
-    Sent(Option<Job>),
+    /// Staged (and sent, unless gathering) and completed; the place holds
+    /// the next job, taken with its completion.
+    Sent,
     /// Not a small Send or Write, or no room for it: the general path's.
-    Not(Job),
+    Not,
     /// The stage could not be sent: the stream ends. The job, not sent
-    /// and not completed, is returned.
-    Failed(Error, Job),
+    /// and not completed, is left in place.
+    Failed(Error),
 }
 
 /// What one transmit run did.
@@ -1144,25 +1147,20 @@ impl Conn {
                 };
                 // Small Sends and Writes, one after the other, go to the
                 // stage without being planned.
-                while let Some(j) = job.take() {
+                while job.is_some() {
                     if self.closing.load(Ordering::Acquire) {
-                        job = Some(j);
                         break;
                     }
-                    match self.send_small(&mut tx, j, gathering) {
-                        Small::Sent(next) => {
-                            stats.msgs = stats.msgs.saturating_add(1);
-                            job = next;
-                        }
-                        Small::Not(j) => {
-                            job = Some(j);
-                            break;
-                        }
-                        Small::Failed(e, j) => {
+                    match self.send_small(&mut tx, &mut job, gathering) {
+                        Small::Sent => stats.msgs = stats.msgs.saturating_add(1),
+                        Small::Not => break,
+                        Small::Failed(e) => {
                             // The job is parked as the message in flight:
                             // the teardown flushes it in order.
-                            if let Err(Some((w, status))) = self.begin(&mut tx, j) {
-                                qp::complete_send(qp, w, status);
+                            if let Some(j) = job.take() {
+                                if let Err(Some((w, status))) = self.begin(&mut tx, j) {
+                                    qp::complete_send(qp, w, status);
+                                }
                             }
                             return Err(e);
                         }
@@ -1220,8 +1218,8 @@ impl Conn {
     /// the batch and gathering it into the stage), which is most of a
     /// small message's latency in the driver. Other jobs, and a stage
     /// too full for the message, take the general path (`Small::Not`).
-    fn send_small(&self, tx: &mut Tx, job: Job, gathering: bool) -> Small {
-        let Job::Wqe(w) = job else { return Small::Not(job) };
+    fn send_small(&self, tx: &mut Tx, job: &mut Option<Job>, gathering: bool) -> Small {
+        let Some(Job::Wqe(w)) = job.as_ref() else { return Small::Not };
         let msg = match w.op {
             _ if w.len > crate::uwqe::MAX_INLINE => None,
             WqeOp::Send => Some(Message::send(w.len, w.solicited, None)),
@@ -1229,12 +1227,12 @@ impl Conn {
             WqeOp::Write { remote_addr, rkey } => Some(Message::RdmaWrite { len: w.len, stag: rkey, to: remote_addr }),
             _ => None,
         };
-        let Some(msg) = msg else { return Small::Not(Job::Wqe(w)) };
+        let Some(msg) = msg else { return Small::Not };
         if tx.staged.saturating_add(SMALL_SEND) > STAGE {
             match self.flush_stage(tx) {
                 Ok(true) => {}
-                Ok(false) => return Small::Not(Job::Wqe(w)),
-                Err(e) => return Small::Failed(e, Job::Wqe(w)),
+                Ok(false) => return Small::Not,
+                Err(e) => return Small::Failed(e),
             }
         }
         let Tx { transmitter, stage, staged, crc, inline, .. } = &mut *tx;
@@ -1248,7 +1246,7 @@ impl Conn {
                 _ => false,
             };
             if !copied {
-                return Small::Not(Job::Wqe(w));
+                return Small::Not;
             }
         }
         let payload = inline.get(..len).unwrap_or(&[]);
@@ -1256,7 +1254,7 @@ impl Conn {
         // An error (the extension is off, the MULPDU too small, ...) left
         // nothing behind; the general path reports it.
         let Ok(n) = transmitter.emit_message(&msg, payload, crc, out) else {
-            return Small::Not(Job::Wqe(w));
+            return Small::Not;
         };
         *staged += n;
         // On a doorbell the message goes to the socket before the WQE
@@ -1265,10 +1263,11 @@ impl Conn {
         // has not left and is flushed with the rest, not completed.
         if !gathering {
             if let Err(e) = self.flush_stage(tx) {
-                return Small::Failed(e, Job::Wqe(w));
+                return Small::Failed(e);
             }
         }
-        Small::Sent(qp::sent_then_next(self.qp(), w, tx.take_bufs()))
+        qp::sent_then_next_in(self.qp(), job, tx.take_bufs());
+        Small::Sent
     }
 
     /// Checks again, as its response starts, the region an inbound Read

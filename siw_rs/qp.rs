@@ -81,6 +81,13 @@ pub(crate) enum WqeOp {
 }
 
 impl WqeOp {
+    /// Whether it owns anything whose drop may do more than free memory
+    /// (the last reference to a region): dropped outside the QP lock.
+    /// `RegMr` is the only such op.
+    fn owns_region(&self) -> bool {
+        matches!(self, Self::RegMr { .. })
+    }
+
     fn wc_opcode(&self) -> WcOpcode {
         match self {
             Self::Send | Self::SendInv(_) => WcOpcode::Send,
@@ -568,12 +575,13 @@ fn refuse_sqe(qp: &Qp<SiwRs>, inner: &mut Inner, w: &[u64; SQE_WORDS], wakes: &m
 fn user_send_wqe(core: &QpCore, w: &[u64; SQE_WORDS]) -> Result<SendWqe> {
     let d = uwqe::decode_send(w).map_err(|_| EINVAL)?;
     let wr = SendWr { wr_id: d.wr_id, op: d.op, flags: d.flags, sges: d.sges.get(..d.nsge).unwrap_or(&[]) };
-    let mut wqe = make_wqe(core, &wr)?;
-    if let Some(len) = d.inline {
+    // Changed where it was made: moving a WQE costs a call to memcpy.
+    let mut r = make_wqe(core, &wr);
+    if let (Ok(wqe), Some(len)) = (&mut r, d.inline) {
         wqe.len = len;
         wqe.inline = true;
     }
-    Ok(wqe)
+    r
 }
 
 /// The transmitter, finding the send queue empty, takes the ring's next
@@ -584,7 +592,7 @@ fn user_send_wqe(core: &QpCore, w: &[u64; SQE_WORDS]) -> Result<SendWqe> {
 /// instead, and `None` returned, as is `None` for an empty ring, a full
 /// queue, or a malformed entry (which fails it and moves the QP to ERROR,
 /// as [`pull_sq`] does).
-fn take_direct(qp: &Qp<SiwRs>, inner: &mut Inner, bufs: TakeBufs<'_>, wakes: &mut Wakes) -> Option<SendWqe> {
+fn take_direct(qp: &Qp<SiwRs>, inner: &mut Inner, bufs: TakeBufs<'_>, wakes: &mut Wakes) -> Option<Job> {
     let core = qp.data();
     let u = core.user.as_ref()?;
     if !sq_room(inner) || !matches!(ring_avail(&u.sq, inner.sq_next), Some(n) if n > 0) {
@@ -592,7 +600,9 @@ fn take_direct(qp: &Qp<SiwRs>, inner: &mut Inner, bufs: TakeBufs<'_>, wakes: &mu
     }
     let TakeBufs { inline, sqe: w } = bufs;
     take_sqe(&u.sq, &mut inner.sq_next, w);
-    let Ok(wqe) = user_send_wqe(core, w) else {
+    // Looked at where it was made, and moved once, into the job.
+    let r = user_send_wqe(core, w);
+    let Ok(wqe) = &r else {
         refuse_sqe(qp, inner, w, wakes);
         return None;
     };
@@ -601,9 +611,9 @@ fn take_direct(qp: &Qp<SiwRs>, inner: &mut Inner, bufs: TakeBufs<'_>, wakes: &mu
         if wqe.inline {
             uwqe::copy_inline(w, wqe.len, inline);
         }
-        return Some(wqe);
+        return r.ok().map(Job::Wqe);
     }
-    if queue_user_wqe(inner, w, wqe).is_err() {
+    if r.and_then(|wqe| queue_user_wqe(inner, w, wqe)).is_err() {
         refuse_sqe(qp, inner, w, wakes);
     }
     None
@@ -1169,8 +1179,8 @@ fn next_job_locked(qp: &Qp<SiwRs>, inner: &mut Inner, bufs: TakeBufs<'_>, wakes:
     }
     let TakeBufs { inline, sqe } = bufs;
     if inner.sq.len == 0 {
-        if let Some(w) = take_direct(qp, inner, TakeBufs { inline: &mut *inline, sqe }, wakes) {
-            return Some(Job::Wqe(w));
+        if let j @ Some(_) = take_direct(qp, inner, TakeBufs { inline: &mut *inline, sqe }, wakes) {
+            return j;
         }
         pull_sq(qp, inner, wakes);
         // With no room (Reads outstanding fill `pending`), the ring is not
@@ -1193,14 +1203,18 @@ fn next_job_locked(qp: &Qp<SiwRs>, inner: &mut Inner, bufs: TakeBufs<'_>, wakes:
         return None;
     }
     let slot = inner.sq.head;
-    let w = inner.sq.pop()?;
-    if w.inline {
-        let n = w.len as usize;
-        if let (Some(dst), Some(src)) = (inline.get_mut(..n), inner.sq_inline.get(slot).and_then(|b| b.get(..n))) {
+    let (is_inline, len) = {
+        let w = inner.sq.slots.get(slot).and_then(|s| s.as_ref())?;
+        (w.inline, w.len as usize)
+    };
+    if is_inline {
+        if let (Some(dst), Some(src)) = (inline.get_mut(..len), inner.sq_inline.get(slot).and_then(|b| b.get(..len))) {
             dst.copy_from_slice(src);
         }
     }
-    Some(Job::Wqe(w))
+    // Popped straight into the result: a WQE moved through a local
+    // first is one more call to memcpy.
+    inner.sq.pop().map(Job::Wqe)
 }
 
 /// A WQE was transmitted (or executed) successfully: it completes at once
@@ -1228,10 +1242,46 @@ pub(crate) fn sent_then_next(qp: &Qp<SiwRs>, w: SendWqe, bufs: TakeBufs<'_>) -> 
     job
 }
 
+/// [`sent_then_next`] for the WQE the transmitter holds in `job`, which
+/// the next job (or `None`) replaces. Nothing is done for a job that is
+/// not a WQE. The WQE completes where it lies unless it must wait behind
+/// earlier ones or owns something ([`WqeOp::owns_region`]) to drop after
+/// unlocking: a WQE moved is a call to memcpy, and on the way from a
+/// small Send or Write to the next it was moved twice.
+pub(crate) fn sent_then_next_in(qp: &Qp<SiwRs>, job: &mut Option<Job>, bufs: TakeBufs<'_>) {
+    let mut wakes = Wakes::none();
+    let done = {
+        let mut inner = qp.data().inner.lock();
+        let done = match job {
+            Some(Job::Wqe(w)) if !w.op.owns_region() && !completes_later(&inner) => {
+                complete_send_locked(qp, &mut inner, w, WcStatus::Success, &mut wakes);
+                // Owns nothing: dropped here, under the lock.
+                *job = None;
+                None
+            }
+            Some(Job::Wqe(_)) => match job.take() {
+                Some(Job::Wqe(w)) => sent_locked(qp, &mut inner, w, &mut wakes),
+                _ => None,
+            },
+            _ => return,
+        };
+        *job = next_job_locked(qp, &mut inner, bufs, &mut wakes);
+        done
+    };
+    drop(done);
+    wakes.run(qp);
+}
+
+/// Whether a WQE sent now completes only after the earlier ones in
+/// `pending` (and goes there meanwhile).
+fn completes_later(inner: &Inner) -> bool {
+    inner.state == QpState::Rts && inner.pending.len > 0 && inner.pending.len < inner.pending.slots.len()
+}
+
 /// [`sent`] under the QP lock. Returns the WQE if it completed, for the
 /// caller to drop after unlocking.
 fn sent_locked(qp: &Qp<SiwRs>, inner: &mut Inner, w: SendWqe, wakes: &mut Wakes) -> Option<SendWqe> {
-    if inner.state == QpState::Rts && inner.pending.len > 0 && inner.pending.len < inner.pending.slots.len() {
+    if completes_later(inner) {
         let _ = inner.pending.push((w, Wait::Done));
         return None;
     }
