@@ -752,7 +752,8 @@ impl<C: CrcEngine> Receiver<C> {
             && self.markers.is_none()
         {
             if let Some(r) = self.whole_header(whole, bufs) {
-                let (n, flow) = r?;
+                let flow = r?;
+                let n = self.whole_header_len();
                 let after = whole.get(n..).unwrap_or(&[]);
                 *input = after;
                 match flow {
@@ -910,7 +911,7 @@ impl<C: CrcEngine> Receiver<C> {
         match self.phase {
             Phase::Length if self.markers.is_none() && self.len_got == 0 => {
                 match self.whole_header(rest, bufs) {
-                    Some(r) => r,
+                    Some(r) => r.map(|flow| (self.whole_header_len(), flow)),
                     None => self.length_bytes(rest, avail),
                 }
             }
@@ -974,7 +975,7 @@ impl<C: CrcEngine> Receiver<C> {
         &mut self,
         rest: &'a [u8],
         bufs: &mut B,
-    ) -> Option<Result<(usize, Flow<'a>), RxError>>
+    ) -> Option<Result<Flow<'a>, RxError>>
     where
         B: PostedBuffers + ?Sized,
     {
@@ -1003,7 +1004,15 @@ impl<C: CrcEngine> Receiver<C> {
         self.seg_need = hlen;
         self.current = None;
         self.phase = Phase::Header;
-        Some(self.header_done(bufs).map(|flow| (n, flow)))
+        // The octets used are `whole_header_len`: returned with the flow,
+        // this 100-octet result was moved twice more per segment.
+        Some(self.header_done(bufs))
+    }
+
+    /// The octets [`Receiver::whole_header`] used: the length field and
+    /// the header (`hdr_len`, which only the next FPDU's header replaces).
+    fn whole_header_len(&self) -> usize {
+        ULPDU_LENGTH_LEN.saturating_add(self.hdr_len)
     }
 
     fn length_bytes<'a>(
