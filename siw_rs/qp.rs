@@ -1231,23 +1231,22 @@ pub(crate) fn sent(qp: &Qp<SiwRs>, w: SendWqe) {
 /// [`sent`], then [`next_job`], in one hold of the QP lock: the
 /// transmitter's step from one message to the next.
 pub(crate) fn sent_then_next(qp: &Qp<SiwRs>, w: SendWqe, bufs: TakeBufs<'_>) -> Option<Job> {
-    let mut wakes = Wakes::none();
-    let (done, job) = {
-        let mut inner = qp.data().inner.lock();
-        let done = sent_locked(qp, &mut inner, w, &mut wakes);
-        (done, next_job_locked(qp, &mut inner, bufs, &mut wakes))
-    };
-    drop(done);
-    wakes.run(qp);
+    let mut job = Some(Job::Wqe(w));
+    sent_then_next_in(qp, &mut job, bufs);
     job
 }
 
 /// [`sent_then_next`] for the WQE the transmitter holds in `job`, which
 /// the next job (or `None`) replaces. Nothing is done for a job that is
-/// not a WQE. The WQE completes where it lies unless it must wait behind
-/// earlier ones or owns something ([`WqeOp::owns_region`]) to drop after
-/// unlocking: a WQE moved is a call to memcpy, and on the way from a
-/// small Send or Write to the next it was moved twice.
+/// not a WQE, nor for `None`. The WQE completes where it lies unless it
+/// must wait behind earlier ones or owns something
+/// ([`WqeOp::owns_region`]) to drop after unlocking: a WQE moved is a call
+/// to memcpy, and on the way from a small Send or Write to the next it was
+/// moved twice.
+///
+/// Inlined into both callers: called, it counted 48 instructions more per
+/// 2 B round trip.
+#[inline(always)]
 pub(crate) fn sent_then_next_in(qp: &Qp<SiwRs>, job: &mut Option<Job>, bufs: TakeBufs<'_>) {
     let mut wakes = Wakes::none();
     let done = {
