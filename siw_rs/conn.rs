@@ -1546,7 +1546,7 @@ impl Conn {
     }
 
     /// The receiver's next segment or event from `rest`. Out of line: the
-    /// result (a segment header with its fixed payload) then stays in one
+    /// result (a segment, or an error with its Terminate) then stays in one
     /// place in memory, which the handlers read by reference, rather than
     /// being split into registers and put back together for each call.
     #[inline(never)]
@@ -1641,7 +1641,7 @@ impl Conn {
                 }
             }
             Opcode::RdmaReadRequest => {
-                if let Some(FixedPayload::ReadRequest(req)) = h.fixed {
+                if let Some(&FixedPayload::ReadRequest(req)) = rx.receiver.fixed_payload() {
                     match check_remote(qp, req.source_stag, req.source_to, req.read_size, Access::REMOTE_READ) {
                         Ok(m) => rx.inbound = Some(Inbound::Read(ReadJob { req, mem: m })),
                         Err(e) => return Err(rx.receiver.reject(read_source_code(e))),
@@ -1649,7 +1649,7 @@ impl Conn {
                 }
             }
             Opcode::AtomicRequest => {
-                if let Some(FixedPayload::AtomicRequest(req)) = h.fixed {
+                if let Some(&FixedPayload::AtomicRequest(req)) = rx.receiver.fixed_payload() {
                     match check_atomic_target(qp, &req) {
                         Ok(mem) => rx.inbound = Some(Inbound::Atomic(AtomicJob { req, mem })),
                         Err(code) => return Err(rx.receiver.reject(code)),
@@ -1737,7 +1737,11 @@ impl Conn {
                 }
             }
             Opcode::ImmediateData | Opcode::ImmediateDataSe => {
-                if let (Some((w, _)), Some(FixedPayload::ImmediateData(imm))) = (rx.recv.take(), d.header.fixed) {
+                let imm = match rx.receiver.fixed_payload() {
+                    Some(&FixedPayload::ImmediateData(imm)) => Some(imm),
+                    _ => None,
+                };
+                if let (Some((w, _)), Some(imm)) = (rx.recv.take(), imm) {
                     let se = d.header.opcode == Opcode::ImmediateDataSe;
                     let v = imm_of(&imm);
                     let len = core::mem::take(&mut rx.write_len);
@@ -1745,7 +1749,7 @@ impl Conn {
                 }
             }
             Opcode::AtomicResponse => {
-                let Some(FixedPayload::AtomicResponse(resp)) = d.header.fixed else { return Ok(()) };
+                let Some(&FixedPayload::AtomicResponse(resp)) = rx.receiver.fixed_payload() else { return Ok(()) };
                 // Responses come in request order: this one must
                 // answer the oldest outstanding request, an Atomic.
                 let unexpected = || {
@@ -1809,7 +1813,7 @@ impl Conn {
                 }
             }
             Opcode::Terminate => {
-                if let Some(FixedPayload::Terminate(t)) = d.header.fixed {
+                if let Some(&FixedPayload::Terminate(t)) = rx.receiver.fixed_payload() {
                     match t {
                         Ok(t) => {
                             if net::peer_log_allowed() {

@@ -85,8 +85,14 @@
 //! it arrives (RFC 5041 allows placement before validation, and the target
 //! was checked at `Header`), but work completions, Read Responses, atomic
 //! operations, invalidations and Terminate processing must wait for the
-//! `Done` event of the segment (the fixed payload is repeated there for
-//! that purpose). On a CRC error `Done` never comes: the stream fails.
+//! `Done` event of the segment. On a CRC error `Done` never comes: the
+//! stream fails.
+//!
+//! The fixed-format payload of a Read Request, Atomic Request or Response,
+//! Immediate Data or Terminate is not in the events: it is the receiver's
+//! [`Receiver::fixed_payload`] from the segment's `Header` to its `Done`
+//! (and on, until the next header starts). The events stay small for the
+//! common path, where a segment carries ULP data and no fixed payload.
 //!
 //! # One call per segment
 //!
@@ -341,12 +347,12 @@ pub struct SegmentHeader {
     /// Where the segment's first payload octet goes.
     pub target: Target,
     /// DDP payload length: ULP data octets, or the fixed payload's length.
+    /// The opcodes with a fixed-format payload carry no ULP data and have
+    /// no [`RxEvent::Data`]; their payload is
+    /// [`Receiver::fixed_payload`].
     pub payload_len: u32,
     /// The Invalidate STag of a Send with Invalidate (with or without SE).
     pub invalidate_stag: Option<u32>,
-    /// The fixed-format payload, for the opcodes that have one (these carry
-    /// no ULP data and have no [`RxEvent::Data`]).
-    pub fixed: Option<FixedPayload>,
 }
 
 /// Payload to place: `data` goes to `target` (its first octet) onwards.
@@ -571,6 +577,8 @@ pub struct Receiver<C> {
     /// The current segment (from its header on), or the last one received
     /// until the next header starts.
     current: Option<SegmentHeader>,
+    /// The fixed-format payload of `current`, for the opcodes that have one.
+    fixed: Option<FixedPayload>,
     /// Message length to report at `Done`.
     message_len: Option<u64>,
     payload_left: u32,
@@ -612,6 +620,7 @@ impl<C: CrcEngine> Receiver<C> {
             seg_need: CONTROL_LEN,
             hdr_len: 0,
             current: None,
+            fixed: None,
             message_len: None,
             payload_left: 0,
             placed: 0,
@@ -664,6 +673,15 @@ impl<C: CrcEngine> Receiver<C> {
     /// one completed until the next one's header starts to arrive.
     pub const fn current(&self) -> Option<&SegmentHeader> {
         self.current.as_ref()
+    }
+
+    /// The fixed-format payload of the [`current`](Self::current) segment
+    /// (Read Request, Atomic Request or Response, Immediate Data,
+    /// Terminate): there from the segment's `Header` event on, through its
+    /// `Done`, until the next header starts to arrive. `None` for the
+    /// opcodes that carry ULP data.
+    pub const fn fixed_payload(&self) -> Option<&FixedPayload> {
+        self.fixed.as_ref()
     }
 
     /// The MSN untagged queue `qn` expects (of the message in progress or
@@ -1003,6 +1021,7 @@ impl<C: CrcEngine> Receiver<C> {
         self.seg_got = hlen;
         self.seg_need = hlen;
         self.current = None;
+        self.fixed = None;
         self.phase = Phase::Header;
         // The octets used are `whole_header_len`: returned with the flow,
         // this 100-octet result was moved twice more per segment.
@@ -1050,6 +1069,7 @@ impl<C: CrcEngine> Receiver<C> {
         self.seg_got = 0;
         self.seg_need = CONTROL_LEN;
         self.current = None;
+        self.fixed = None;
         Ok((n, Flow::More))
     }
 
@@ -1156,7 +1176,6 @@ impl<C: CrcEngine> Receiver<C> {
             target,
             payload_len: len,
             invalidate_stag: rdmap::invalidate_stag(&hdr),
-            fixed: None,
         };
         self.current = Some(header);
         self.placed = 0;
@@ -1290,7 +1309,7 @@ impl<C: CrcEngine> Receiver<C> {
 
     /// The fixed-format payload is in: parse it and announce the segment.
     fn fixed_done<'a>(&mut self) -> Result<Flow<'a>, RxError> {
-        let Some(mut header) = self.current else {
+        let Some(header) = self.current else {
             return Err(self.internal());
         };
         let body = self.seg.get(self.hdr_len..self.seg_need).unwrap_or(&[]);
@@ -1308,8 +1327,7 @@ impl<C: CrcEngine> Receiver<C> {
             Ok(f) => f,
             Err(e) => return Err(self.fail_segment(RxErrorKind::Rdmap(e), e.into())),
         };
-        header.fixed = Some(fixed);
-        self.current = Some(header);
+        self.fixed = Some(fixed);
         self.payload_left = 0;
         self.enter_pad();
         Ok(Flow::Event(RxEvent::Header(header)))
@@ -1450,9 +1468,10 @@ mod tests {
     /// each other are merged so that different input splits compare equal.
     #[derive(Clone, Debug, PartialEq)]
     enum Ev {
-        Header(SegmentHeader),
+        /// With the receiver's fixed payload at the event.
+        Header(SegmentHeader, Option<FixedPayload>),
         Data(Target, Vec<u8>),
-        Done(SegmentDone),
+        Done(SegmentDone, Option<FixedPayload>),
     }
 
     #[derive(Clone, Debug, PartialEq)]
@@ -1470,17 +1489,19 @@ mod tests {
     }
 
     impl Order {
-        fn check(&mut self, ev: &RxEvent<'_>) {
+        /// `fixed`: the receiver's fixed payload at the event.
+        fn check(&mut self, ev: &RxEvent<'_>, fixed: Option<&FixedPayload>) {
+            let has_fixed = fixed.is_some();
             match ev {
                 RxEvent::Header(h) => {
                     assert!(self.open.is_none(), "header inside a segment");
-                    assert_eq!(h.fixed.is_some(), !h.opcode.carries_ulp_data());
+                    assert_eq!(has_fixed, !h.opcode.carries_ulp_data());
                     self.open = Some(*h);
                     self.placed = 0;
                 }
                 RxEvent::Data(p) => {
                     let h = self.open.expect("data outside a segment");
-                    assert!(h.fixed.is_none());
+                    assert!(!has_fixed);
                     assert!(!p.data.is_empty());
                     assert_eq!(p.target, h.target.advanced(self.placed as u32));
                     self.placed += p.data.len() as u64;
@@ -1490,7 +1511,8 @@ mod tests {
                     let h = self.open.take().expect("done outside a segment");
                     assert_eq!(d.header, h);
                     assert_eq!(d.message_len.is_some(), h.last);
-                    if h.fixed.is_none() {
+                    assert_eq!(has_fixed, !h.opcode.carries_ulp_data());
+                    if !has_fixed {
                         assert_eq!(self.placed, u64::from(h.payload_len));
                     }
                 }
@@ -1498,7 +1520,7 @@ mod tests {
         }
     }
 
-    fn push(events: &mut Vec<Ev>, ev: RxEvent<'_>) {
+    fn push(events: &mut Vec<Ev>, ev: RxEvent<'_>, fixed: Option<&FixedPayload>) {
         match ev {
             RxEvent::Data(p) => {
                 if let Some(Ev::Data(t, bytes)) = events.last_mut() {
@@ -1509,8 +1531,8 @@ mod tests {
                 }
                 events.push(Ev::Data(p.target, p.data.to_vec()));
             }
-            RxEvent::Header(h) => events.push(Ev::Header(h)),
-            RxEvent::Done(d) => events.push(Ev::Done(d)),
+            RxEvent::Header(h) => events.push(Ev::Header(h, fixed.copied())),
+            RxEvent::Done(d) => events.push(Ev::Done(d, fixed.copied())),
         }
     }
 
@@ -1543,7 +1565,8 @@ mod tests {
                             Polled::Segment(w) => {
                                 assert!(whole);
                                 wholes += 1;
-                                assert!(w.done.header.fixed.is_none());
+                                assert!(w.done.header.opcode.carries_ulp_data());
+                                assert_eq!(rx.fixed_payload(), None);
                                 assert_eq!(w.data.len(), w.done.header.payload_len as usize);
                                 assert!(rx.at_fpdu_boundary());
                                 // Between FPDUs an empty input has nothing
@@ -1555,8 +1578,8 @@ mod tests {
                             Polled::Event(ev) => vec![ev],
                         };
                         for ev in evs {
-                            order.check(&ev);
-                            push(&mut events, ev);
+                            order.check(&ev, rx.fixed_payload());
+                            push(&mut events, ev, rx.fixed_payload());
                         }
                     }
                     Ok(None) => {
@@ -1611,7 +1634,7 @@ mod tests {
             let keep = o
                 .events
                 .iter()
-                .rposition(|e| matches!(e, Ev::Done(_)))
+                .rposition(|e| matches!(e, Ev::Done(..)))
                 .map_or(0, |i| i + 1);
             o.events.truncate(keep);
         }
@@ -1725,28 +1748,34 @@ mod tests {
         payload_len: u32,
         invalidate_stag: Option<u32>,
         fixed: Option<FixedPayload>,
-    ) -> SegmentHeader {
-        SegmentHeader {
+    ) -> (SegmentHeader, Option<FixedPayload>) {
+        let h = SegmentHeader {
             opcode,
             last,
             first,
             target,
             payload_len,
             invalidate_stag,
-            fixed,
-        }
+        };
+        (h, fixed)
     }
 
-    /// The events of one segment.
-    fn seg_events(h: SegmentHeader, data: &[u8], message_len: Option<u64>) -> Vec<Ev> {
-        let mut v = vec![Ev::Header(h)];
+    /// The events of one segment (its header and fixed payload, as from
+    /// `hd`).
+    fn seg_events(
+        (h, fixed): (SegmentHeader, Option<FixedPayload>),
+        data: &[u8],
+        message_len: Option<u64>,
+    ) -> Vec<Ev> {
+        let mut v = vec![Ev::Header(h, fixed)];
         if !data.is_empty() {
             v.push(Ev::Data(h.target, data.to_vec()));
         }
-        v.push(Ev::Done(SegmentDone {
+        let done = SegmentDone {
             header: h,
             message_len,
-        }));
+        };
+        v.push(Ev::Done(done, fixed));
         v
     }
 
@@ -2196,7 +2225,7 @@ mod tests {
             // markers, none with them.
             let data_segments = expected_events()
                 .iter()
-                .filter(|e| matches!(e, Ev::Header(h) if h.fixed.is_none()))
+                .filter(|e| matches!(e, Ev::Header(_, None)))
                 .count();
             assert!(data_segments > 0);
             let want = if c.markers.is_none() {
@@ -2446,7 +2475,7 @@ mod tests {
             bad[i] ^= 0x10;
             let out = run(cfg(true), &bad);
             assert!(
-                !out.events.iter().any(|e| matches!(e, Ev::Done(_))),
+                !out.events.iter().any(|e| matches!(e, Ev::Done(..))),
                 "octet {i}"
             );
             let Some(e) = out.error else {
@@ -2463,7 +2492,7 @@ mod tests {
                     // The segment was announced and placed, never completed.
                     assert!(matches!(
                         out.events.last(),
-                        Some(Ev::Data(..)) | Some(Ev::Header(_))
+                        Some(Ev::Data(..)) | Some(Ev::Header(..))
                     ));
                 }
             } else {
@@ -2829,8 +2858,8 @@ mod tests {
         let out = run(cfg(false), &t);
         assert_eq!(out.error, None);
         match out.events[0] {
-            Ev::Header(h) => assert!(matches!(
-                h.fixed,
+            Ev::Header(_, f) => assert!(matches!(
+                f,
                 Some(FixedPayload::Terminate(Err(
                     TerminateError::UndefinedCode { .. }
                 )))
@@ -2938,7 +2967,7 @@ mod tests {
         assert_eq!(
             out.events
                 .iter()
-                .filter(|e| matches!(e, Ev::Done(_)))
+                .filter(|e| matches!(e, Ev::Done(..)))
                 .count(),
             5
         );
@@ -3178,7 +3207,7 @@ mod tests {
             for piece in pieces(&wire, &sizes) {
                 let mut rest = piece;
                 while let Some(ev) = rx.poll(&mut rest, &mut bufs).unwrap() {
-                    order.check(&ev);
+                    order.check(&ev, rx.fixed_payload());
                     let index = |t: Target| match t {
                         Target::Tagged { stag, to } => {
                             let i = (stag - 0x1000) as usize;
@@ -3277,7 +3306,7 @@ mod tests {
                 // With CRC nothing corrupted completes: the verified
                 // segments are the original ones, in order.
                 let done = |evs: &[Ev]| -> Vec<Ev> {
-                    evs.iter().filter(|e| matches!(e, Ev::Done(_))).cloned().collect()
+                    evs.iter().filter(|e| matches!(e, Ev::Done(..))).cloned().collect()
                 };
                 let got = done(&split.events);
                 let want = done(&expected_events());

@@ -188,7 +188,7 @@ fn receive_and_check(
                 RxEvent::Done(d) => {
                     segments += 1;
                     let Some(len) = d.message_len else { continue };
-                    match (msg, d.header.fixed) {
+                    match (msg, rx.fixed_payload().copied()) {
                         (Message::ReadRequest(r), Some(FixedPayload::ReadRequest(g))) => {
                             assert_eq!(*r, g)
                         }

@@ -515,8 +515,13 @@ impl RefStream {
             target: target_of(&s.header),
             payload_len: u32::from(s.ulen) - s.header.header_len() as u32,
             invalidate_stag: rdmap::invalidate_stag(&s.header),
-            fixed: fixed_event(&m.message),
         }
+    }
+
+    /// The fixed payload the receiver holds for segment `k`
+    /// ([`Receiver::fixed_payload`]).
+    pub fn expected_fixed(&self, k: usize) -> Option<FixedPayload> {
+        fixed_event(&self.msgs[self.segs[k].msg].message)
     }
 }
 
@@ -823,15 +828,15 @@ impl PostedBuffers for Posted {
 /// merged into it, so that different splits of a stream compare equal.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Ev {
-    /// [`RxEvent::Header`].
-    Header(SegmentHeader),
+    /// [`RxEvent::Header`], with the receiver's fixed payload then.
+    Header(SegmentHeader, Option<FixedPayload>),
     /// [`RxEvent::Data`], merged.
     Data(Target, Vec<u8>),
-    /// [`RxEvent::Done`].
-    Done(SegmentDone),
+    /// [`RxEvent::Done`], with the receiver's fixed payload then.
+    Done(SegmentDone, Option<FixedPayload>),
 }
 
-fn push_event(events: &mut Vec<Ev>, ev: &RxEvent<'_>) {
+fn push_event(events: &mut Vec<Ev>, ev: &RxEvent<'_>, fixed: Option<&FixedPayload>) {
     match *ev {
         RxEvent::Data(p) => {
             if let Some(Ev::Data(t, bytes)) = events.last_mut() {
@@ -842,8 +847,8 @@ fn push_event(events: &mut Vec<Ev>, ev: &RxEvent<'_>) {
             }
             events.push(Ev::Data(p.target, p.data.to_vec()));
         }
-        RxEvent::Header(h) => events.push(Ev::Header(h)),
-        RxEvent::Done(d) => events.push(Ev::Done(d)),
+        RxEvent::Header(h) => events.push(Ev::Header(h, fixed.copied())),
+        RxEvent::Done(d) => events.push(Ev::Done(d, fixed.copied())),
     }
 }
 
@@ -1030,7 +1035,7 @@ impl<'f> Model<'f> {
         Ok((hdr, op, payload))
     }
 
-    fn header(&mut self, h: &SegmentHeader, log: &[Query]) {
+    fn header(&mut self, h: &SegmentHeader, fixed: Option<&FixedPayload>, log: &[Query]) {
         assert!(self.open.is_none(), "Header inside a segment: {h:?}");
         assert!(!self.terminated, "Header after a Terminate");
         let f = self.fpdu();
@@ -1048,11 +1053,12 @@ impl<'f> Model<'f> {
         );
         assert_eq!(h.invalidate_stag, rdmap::invalidate_stag(&hdr));
         if op.carries_ulp_data() {
-            assert_eq!(h.fixed, None);
+            assert_eq!(fixed, None);
         } else {
             let hl = hdr.header_len();
             let body = &f.ulpdu[hl..hl + payload];
-            assert_eq!(h.fixed, Some(parse_fixed(op, body).expect("fixed payload")));
+            let want = parse_fixed(op, body).expect("fixed payload");
+            assert_eq!(fixed, Some(&want));
         }
         let new_queries = &log[self.log_at_fpdu..];
         let len = h.payload_len;
@@ -1143,7 +1149,10 @@ impl<'f> Model<'f> {
     fn data(&mut self, target: Target, data: &[u8]) {
         let f = self.fpdu();
         let (h, placed, bound, _) = self.open.as_mut().expect("Data outside a segment");
-        assert!(h.fixed.is_none(), "Data of a fixed-format segment");
+        assert!(
+            h.opcode.carries_ulp_data(),
+            "Data of a fixed-format segment"
+        );
         assert!(!data.is_empty(), "empty Data");
         assert_eq!(target, advanced(h.target, *placed), "Data not contiguous");
         let end = *placed + data.len() as u64;
@@ -1161,11 +1170,16 @@ impl<'f> Model<'f> {
         *placed = end;
     }
 
-    fn done(&mut self, d: &SegmentDone) {
+    fn done(&mut self, d: &SegmentDone, fixed: Option<&FixedPayload>) {
         let f = self.fpdu();
         let (h, placed, _, msg_len) = self.open.take().expect("Done outside a segment");
         assert_eq!(d.header, h);
-        if h.fixed.is_none() {
+        assert_eq!(
+            fixed.is_none(),
+            h.opcode.carries_ulp_data(),
+            "fixed payload at Done"
+        );
+        if h.opcode.carries_ulp_data() {
             assert_eq!(placed, u64::from(h.payload_len), "Done before all Data");
         }
         assert_eq!(d.message_len, msg_len, "message length");
@@ -1458,19 +1472,19 @@ pub fn drive(
                     rest = &rest[used..];
                     match ev {
                         RxEvent::Header(h) => {
-                            model.header(&h, &posted.log);
+                            model.header(&h, rx.fixed_payload(), &posted.log);
                             assert_eq!(rx.current(), Some(&h));
                             headers += 1;
                         }
                         RxEvent::Data(p) => model.data(p.target, p.data),
                         RxEvent::Done(d) => {
-                            model.done(&d);
+                            model.done(&d, rx.fixed_payload());
                             assert_eq!(rx.current(), Some(&d.header));
                             model.after_done_getters(&rx);
                             model.log_at_fpdu = posted.log.len();
                         }
                     }
-                    push_event(&mut events, &ev);
+                    push_event(&mut events, &ev, rx.fixed_payload());
                     if let (RxEvent::Header(_), Some((idx, code))) = (ev, reject) {
                         if headers == idx + 1 {
                             let e = rx.reject(code);
@@ -1660,7 +1674,8 @@ pub fn expected_outcome(
             return x;
         }
         let h = r.expected_header(k);
-        x.events.push(Ev::Header(h));
+        let fixed = r.expected_fixed(k);
+        x.events.push(Ev::Header(h, fixed));
         headers += 1;
         if let Some((idx, code)) = reject {
             if headers == idx + 1 {
@@ -1673,10 +1688,11 @@ pub fn expected_outcome(
             let p = &m.payload[s.offset as usize..(s.offset + s.len) as usize];
             x.events.push(Ev::Data(h.target, p.to_vec()));
         }
-        x.events.push(Ev::Done(SegmentDone {
+        let done = SegmentDone {
             header: h,
             message_len: s.header.last.then(|| m.total_len()),
-        }));
+        };
+        x.events.push(Ev::Done(done, fixed));
         terminated = op == Opcode::Terminate;
     }
     x
@@ -1826,7 +1842,7 @@ fn settle(mut events: Vec<Ev>, error: Option<RxError>, queries: Vec<Query>) -> S
     if error.is_some() {
         let keep = events
             .iter()
-            .rposition(|e| matches!(e, Ev::Done(_)))
+            .rposition(|e| matches!(e, Ev::Done(..)))
             .map_or(0, |i| i + 1);
         events.truncate(keep);
     }
@@ -1866,7 +1882,8 @@ pub fn drive_segments(
                         Polled::Segment(w) => {
                             assert!(cfg.markers.is_none(), "a whole segment with markers");
                             let h = w.done.header;
-                            assert!(h.fixed.is_none());
+                            assert!(h.opcode.carries_ulp_data());
+                            assert_eq!(rx.fixed_payload(), None);
                             assert_eq!(w.data.len(), h.payload_len as usize);
                             assert!(rx.at_fpdu_boundary());
                             w.events().collect()
@@ -1877,7 +1894,7 @@ pub fn drive_segments(
                         headers += 1;
                         if let Some((_, code)) = reject.filter(|r| r.0 + 1 == headers) {
                             // The caller refuses the segment at its header.
-                            push_event(&mut events, &evs[0]);
+                            push_event(&mut events, &evs[0], rx.fixed_payload());
                             let e = rx.reject(code);
                             assert_eq!(e.kind, RxErrorKind::Rejected);
                             error = Some(e);
@@ -1885,7 +1902,7 @@ pub fn drive_segments(
                         }
                     }
                     for ev in &evs {
-                        push_event(&mut events, ev);
+                        push_event(&mut events, ev, rx.fixed_payload());
                     }
                 }
                 Err(e) => {

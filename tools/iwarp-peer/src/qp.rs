@@ -273,7 +273,11 @@ impl Local {
         }
     }
 
-    fn on_header(&mut self, h: &SegmentHeader) -> std::result::Result<(), TermCode> {
+    fn on_header(
+        &mut self,
+        h: &SegmentHeader,
+        fixed: Option<&FixedPayload>,
+    ) -> std::result::Result<(), TermCode> {
         match (h.opcode, h.target) {
             (op, _) if is_send(op) => {
                 if h.first {
@@ -309,8 +313,8 @@ impl Local {
                     .check(stag, to, h.payload_len, Need::Local)
                     .map_err(ddp_code)
             }
-            (Opcode::RdmaReadRequest, _) => match h.fixed {
-                Some(FixedPayload::ReadRequest(rr)) if rr.read_size > 0 => self
+            (Opcode::RdmaReadRequest, _) => match fixed {
+                Some(&FixedPayload::ReadRequest(rr)) if rr.read_size > 0 => self
                     .mrs
                     .check(rr.source_stag, rr.source_to, rr.read_size, Need::RemoteRead)
                     .map_err(rdmap_code),
@@ -341,7 +345,11 @@ impl Local {
         Ok(())
     }
 
-    fn on_done(&mut self, d: &SegmentDone) -> std::result::Result<(), TermCode> {
+    fn on_done(
+        &mut self,
+        d: &SegmentDone,
+        fixed: Option<&FixedPayload>,
+    ) -> std::result::Result<(), TermCode> {
         let h = &d.header;
         let Some(len) = d.message_len else {
             return Ok(());
@@ -367,7 +375,7 @@ impl Local {
                 }
             }
             Opcode::RdmaReadRequest => {
-                if let Some(FixedPayload::ReadRequest(rr)) = h.fixed {
+                if let Some(&FixedPayload::ReadRequest(rr)) = fixed {
                     if rr.read_size == 0 && self.awaiting_rtr == Some(Rtr::Read) {
                         self.awaiting_rtr = None;
                     }
@@ -375,7 +383,7 @@ impl Local {
                 }
             }
             Opcode::Terminate => {
-                if let Some(FixedPayload::Terminate(t)) = h.fixed {
+                if let Some(&FixedPayload::Terminate(t)) = fixed {
                     self.peer_term = Some(t.map_err(|_| ()));
                 }
             }
@@ -813,9 +821,9 @@ fn feed(
             break;
         };
         let r = match ev {
-            RxEvent::Header(h) => local.on_header(&h),
+            RxEvent::Header(h) => local.on_header(&h, rx.fixed_payload()),
             RxEvent::Data(p) => local.on_data(&p),
-            RxEvent::Done(d) => local.on_done(&d),
+            RxEvent::Done(d) => local.on_done(&d, rx.fixed_payload()),
         };
         if let Err(code) = r {
             return Err(rx.reject(code));

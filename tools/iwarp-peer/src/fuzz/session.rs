@@ -376,7 +376,7 @@ impl Session {
                         Target::Tagged { stag, .. } => stag,
                         Target::Untagged { .. } => 0,
                     };
-                    let m = match (h.opcode, h.fixed) {
+                    let m = match (h.opcode, self.rx.fixed_payload().copied()) {
                         (Opcode::Terminate, Some(FixedPayload::Terminate(t))) => {
                             let ctrl = self.fpdu.get(20..24).map(|c| [c[0], c[1], c[2], c[3]]);
                             match (self.le_terminate, ctrl) {
