@@ -575,13 +575,9 @@ fn refuse_sqe(qp: &Qp<SiwRs>, inner: &mut Inner, w: &[u64; SQE_WORDS], wakes: &m
 fn user_send_wqe(core: &QpCore, w: &[u64; SQE_WORDS]) -> Result<SendWqe> {
     let d = uwqe::decode_send(w).map_err(|_| EINVAL)?;
     let wr = SendWr { wr_id: d.wr_id, op: d.op, flags: d.flags, sges: d.sges.get(..d.nsge).unwrap_or(&[]) };
-    // Changed where it was made: moving a WQE costs a call to memcpy.
-    let mut r = make_wqe(core, &wr);
-    if let (Ok(wqe), Some(len)) = (&mut r, d.inline) {
-        wqe.len = len;
-        wqe.inline = true;
-    }
-    r
+    // Made where the caller wants it: changed here after it was made, it
+    // was moved again, a call to memcpy.
+    make_wqe(core, &wr, d.inline)
 }
 
 /// The transmitter, finding the send queue empty, takes the ring's next
@@ -907,7 +903,9 @@ pub(crate) fn take_sges(sges: &[Sge], max: u32) -> Result<([Sge; NSGE], u8, u32)
 }
 
 /// Checks a send work request and turns it into a WQE.
-fn make_wqe(core: &QpCore, wr: &SendWr<'_, SiwRs>) -> Result<SendWqe> {
+/// The WQE of `wr`; `inline`: the length of its inline data, which a
+/// process's ring entry carries (the kernel's verbs have no inline data).
+fn make_wqe(core: &QpCore, wr: &SendWr<'_, SiwRs>, inline: Option<u32>) -> Result<SendWqe> {
     if wr.flags.inline {
         return Err(EINVAL);
     }
@@ -956,8 +954,8 @@ fn make_wqe(core: &QpCore, wr: &SendWr<'_, SiwRs>) -> Result<SendWqe> {
         fence: wr.flags.fence,
         sges,
         nsge,
-        len,
-        inline: false,
+        len: inline.unwrap_or(len),
+        inline: inline.is_some(),
     })
 }
 
@@ -968,7 +966,7 @@ pub(crate) fn post_send(qp: &Qp<SiwRs>, wr: &SendWr<'_, SiwRs>) -> Result {
         // A process posts through its ring.
         return Err(EINVAL);
     }
-    let wqe = make_wqe(core, wr)?;
+    let wqe = make_wqe(core, wr, None)?;
     let mut wakes = Wakes::none();
     let res = {
         let mut inner = core.inner.lock();

@@ -156,6 +156,15 @@ use super::terminate::{
 };
 use core::fmt;
 
+/// Copies the first `N` octets of `src` to the start of `dst`; `None`
+/// (nothing copied) if either is shorter.
+fn copy_prefix<const N: usize>(dst: &mut [u8], src: &[u8]) -> Option<()> {
+    let from = src.first_chunk::<N>()?;
+    let to = dst.first_chunk_mut::<N>()?;
+    *to = *from;
+    Some(())
+}
+
 const fn max(a: usize, b: usize) -> usize {
     if a > b {
         a
@@ -1007,9 +1016,13 @@ impl<C: CrcEngine> Receiver<C> {
         if usize::from(ulen) < hlen || ctrl.check_versions().is_err() {
             return None;
         }
-        let header = after.get(..hlen)?;
-        let dst = self.seg.get_mut(..hlen)?;
-        dst.copy_from_slice(header);
+        // A copy of a length the compiler cannot know is a call to memcpy,
+        // once per segment: one fixed-length copy per header length instead.
+        if hlen == TAGGED_HEADER_LEN {
+            copy_prefix::<TAGGED_HEADER_LEN>(&mut self.seg, after)?;
+        } else {
+            copy_prefix::<UNTAGGED_HEADER_LEN>(&mut self.seg, after)?;
+        }
         let n = ULPDU_LENGTH_LEN.saturating_add(hlen);
         if self.config.crc {
             self.crc.update(rest.get(..n).unwrap_or(&[]));
