@@ -96,13 +96,17 @@ impl QpPtr {
 /// Receive state of the message in progress.
 struct Rx {
     receiver: KBox<Receiver<Crc32c>>,
-    /// The receive WQE of the Send in progress and its regions.
-    recv: Option<(RecvWqe, [Option<Arc<Mem>>; qp::NSGE])>,
-    /// The receive WQE taken for the next Send or Immediate Data message
-    /// when the protocol core asked for its length ([`qp::claim_recv`]),
-    /// until that message's header takes it.
-    next: Option<RecvWqe>,
-    /// The teardown has flushed the two above: nothing more is received.
+    /// The receive WQE of the next Send or Immediate Data message, taken
+    /// when the protocol core asked for its length ([`qp::claim_recv`]).
+    /// It stays here until the message completes: a WQE is about 160
+    /// octets, and each move of one is a call to memcpy.
+    recv: Option<RecvWqe>,
+    /// `recv`'s regions, once a message's header took it: `Some` while the
+    /// message is being received into it. The core asks for a receive
+    /// only at a message's first segment, after the message before it on
+    /// the queue completed, so it never asks while this is `Some`.
+    filling: Option<[Option<Arc<Mem>>; qp::NSGE]>,
+    /// The teardown has flushed `recv`: nothing more is received.
     ended: bool,
     /// The tagged segment in progress (none for a zero-length one).
     tagged: Option<TaggedSeg>,
@@ -119,6 +123,17 @@ struct Rx {
     peer_terminated: bool,
     /// Its code, if it parsed.
     peer_code: Option<TermCode>,
+}
+
+impl Rx {
+    /// Ends the message that filled `recv`: the WQE's `wr_id`, if one was
+    /// filling, with `recv` and `filling` emptied (the WQE is not moved).
+    fn take_filled(&mut self) -> Option<u64> {
+        self.filling.take()?;
+        let wr_id = self.recv.as_ref().map(|w| w.wr_id);
+        self.recv = None;
+        wr_id
+    }
 }
 
 /// A tagged segment being received: the region its STag named, looked up
@@ -743,7 +758,7 @@ impl Conn {
                 rx <- crate::sync::new_bh_spinlock!(Rx {
                     receiver,
                     recv: None,
-                    next: None,
+                    filling: None,
                     ended: false,
                     tagged: None,
                     inbound: None,
@@ -1556,13 +1571,14 @@ impl Conn {
         // use (the core asks again only if the segment is not yet whole,
         // and then gets the same one); queue 1: room within the IRD;
         // queue 3: an outstanding Atomic Request.
-        let Rx { next, receiver, .. } = rx;
+        let Rx { recv, filling, receiver, .. } = rx;
         let mut posted = |qn: u32, _msn: u32, _op: Opcode| match qn {
-            0 => {
-                if next.is_none() {
-                    *next = qp::claim_recv(qp);
+            // (Not while a message fills `recv`; see `Rx::filling`.)
+            0 if filling.is_none() => {
+                if recv.is_none() {
+                    *recv = qp::claim_recv(qp);
                 }
-                next.as_ref().map(|w| w.len)
+                recv.as_ref().map(|w| w.len)
             }
             1 if qp::inbound_room(qp) => Some(u32::MAX),
             3 if qp::atomic_sink(qp).is_some() => Some(u32::MAX),
@@ -1578,15 +1594,17 @@ impl Conn {
         match h.opcode {
             Opcode::Send | Opcode::SendSe | Opcode::SendInvalidate | Opcode::SendSeInvalidate => {
                 if h.first {
-                    let Some(w) = rx.next.take() else {
+                    let (Some(w), None) = (&rx.recv, &rx.filling) else {
                         return Err(rx.receiver.reject(TermCode::DdpUntagged(
                             crate::iwarp::terminate::UntaggedCode::MsnNoBuffer,
                         )));
                     };
-                    match resolve_recv(qp, &w) {
-                        Ok(mems) => rx.recv = Some((w, mems)),
+                    match resolve_recv(qp, w) {
+                        Ok(mems) => rx.filling = Some(mems),
                         Err(_) => {
-                            qp::complete_recv(qp, w, WcStatus::LocProtErr, 0, false, RecvKind::Send { invalidated: None });
+                            let wr_id = w.wr_id;
+                            rx.recv = None;
+                            qp::complete_recv(qp, wr_id, WcStatus::LocProtErr, 0, false, RecvKind::Send { invalidated: None });
                             return Err(rx.receiver.reject(TermCode::RdmapLocalCatastrophic(0xff)));
                         }
                     }
@@ -1659,12 +1677,12 @@ impl Conn {
             Opcode::ImmediateData | Opcode::ImmediateDataSe => {
                 // It takes a receive WQE of its own, like a Send,
                 // but places nothing in it.
-                let Some(w) = rx.next.take() else {
+                let (Some(_), None) = (&rx.recv, &rx.filling) else {
                     return Err(rx.receiver.reject(TermCode::DdpUntagged(
                         crate::iwarp::terminate::UntaggedCode::MsnNoBuffer,
                     )));
                 };
-                rx.recv = Some((w, [const { None }; qp::NSGE]));
+                rx.filling = Some([const { None }; qp::NSGE]);
             }
             // Matched against the outstanding request when
             // complete.
@@ -1678,7 +1696,7 @@ impl Conn {
         let qp = self.qp();
         match p.target {
             Target::Untagged { mo, .. } => {
-                if let Some((w, mems)) = &rx.recv {
+                if let (Some(w), Some(mems)) = (&rx.recv, &rx.filling) {
                     place_recv(w, mems, mo, p.data);
                 }
             }
@@ -1706,7 +1724,7 @@ impl Conn {
         match d.header.opcode {
             Opcode::Send | Opcode::SendSe | Opcode::SendInvalidate | Opcode::SendSeInvalidate => {
                 if let Some(len) = d.message_len {
-                    if let Some((w, _)) = rx.recv.take() {
+                    if let Some(w) = rx.take_filled() {
                         let se = matches!(d.header.opcode, Opcode::SendSe | Opcode::SendSeInvalidate);
                         let inv = d.header.invalidate_stag;
                         if let Some(stag) = inv {
@@ -1741,7 +1759,7 @@ impl Conn {
                     Some(&FixedPayload::ImmediateData(imm)) => Some(imm),
                     _ => None,
                 };
-                if let (Some((w, _)), Some(imm)) = (rx.recv.take(), imm) {
+                if let (Some(w), Some(imm)) = (rx.take_filled(), imm) {
                     let se = d.header.opcode == Opcode::ImmediateDataSe;
                     let v = imm_of(&imm);
                     let len = core::mem::take(&mut rx.write_len);
@@ -1900,18 +1918,21 @@ impl Conn {
         }
         self.sock.shutdown();
         // A receive the stream was filling when it ended (a Send cut short,
-        // refused for its CRC, ...) and one taken for the message after it
-        // are out of the receive queue: flush them first and in that order,
-        // they are older than those still queued. A receive running
+        // refused for its CRC, ...), or one taken for the message after it,
+        // is out of the receive queue: flush it first, it is older than
+        // those still queued. A receive running
         // meanwhile (it passed the `closing` check before `close`) is done
         // once the lock is had; `ended` stops any later one from taking
         // another.
-        let (filling, next) = {
+        let taken = {
             let mut rx = self.rx.lock();
             rx.ended = true;
-            (rx.recv.take().map(|(w, _)| w), rx.next.take())
+            rx.filling = None;
+            let w = rx.recv.as_ref().map(|w| w.wr_id);
+            rx.recv = None;
+            w
         };
-        for w in [filling, next].into_iter().flatten() {
+        if let Some(w) = taken {
             qp::complete_recv(qp, w, WcStatus::WrFlushErr, 0, false, RecvKind::Send { invalidated: None });
         }
         // Zero-copy sends still in flight get a moment for the peer's

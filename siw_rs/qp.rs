@@ -1550,7 +1550,7 @@ pub(crate) enum RecvKind {
 }
 
 /// Completes a receive WQE.
-pub(crate) fn complete_recv(qp: &Qp<SiwRs>, w: RecvWqe, status: WcStatus, len: u32, solicited: bool, kind: RecvKind) {
+pub(crate) fn complete_recv(qp: &Qp<SiwRs>, wr_id: u64, status: WcStatus, len: u32, solicited: bool, kind: RecvKind) {
     let (opcode, imm, inv) = match kind {
         RecvKind::Send { invalidated } => (WcOpcode::Recv, None, invalidated),
         RecvKind::Immediate(v) => (WcOpcode::RecvRdmaWithImm, Some(v), None),
@@ -1560,7 +1560,7 @@ pub(crate) fn complete_recv(qp: &Qp<SiwRs>, w: RecvWqe, status: WcStatus, len: u
         let mut inner = qp.data().inner.lock();
         let status = effective_status(&inner, status);
         let wc = Wc {
-            wr_id: w.wr_id,
+            wr_id,
             status,
             opcode,
             byte_len: len,
