@@ -20,7 +20,7 @@
 use crate::{
     kmem,
     limits::{MAX_FAST_REG_PAGES, MAX_MR},
-    sync::{new_irq_spinlock, IrqSpinLock},
+    sync::{new_bh_spinlock, BhSpinLock},
     uverbs::Umem,
     verbs::Access,
 };
@@ -113,7 +113,7 @@ pub(crate) struct Mem {
     /// A process's region (pinned user pages), not a kernel consumer's.
     user: bool,
     #[pin]
-    state: IrqSpinLock<State>,
+    state: BhSpinLock<State>,
 }
 
 impl Mem {
@@ -382,8 +382,14 @@ impl StagTable {
     }
 }
 
-/// The table behind its lock (one per device).
-pub(crate) type Stags = IrqSpinLock<StagTable>;
+/// The table behind its lock (one per device). It and a region's state
+/// lock disable bottom halves, not interrupts: they are taken in process
+/// context (verbs, transmit) and softirq context (receive), never with
+/// interrupts off, and no verb a consumer may call from hard interrupt
+/// context (posting, polling) touches them. Under TCG every interrupt
+/// re-enable ends the emulator's translated block, a measurable part of a
+/// small message's round trip.
+pub(crate) type Stags = BhSpinLock<StagTable>;
 
 /// Creates the table with room for `limits::MAX_MR` regions.
 pub(crate) fn new_table() -> Result<Arc<Stags>> {
@@ -396,7 +402,7 @@ pub(crate) fn new_table() -> Result<Arc<Stags>> {
     }
     let nfree = free.len();
     free.push(0, GFP_KERNEL)?;
-    Arc::pin_init(new_irq_spinlock!(StagTable { slots, free, nfree }, "siw_rs_stags"), GFP_KERNEL)
+    Arc::pin_init(new_bh_spinlock!(StagTable { slots, free, nfree }, "siw_rs_stags"), GFP_KERNEL)
 }
 
 /// How to create a region.
@@ -430,7 +436,7 @@ pub(crate) fn create(table: &Stags, pd: usize, how: NewMem) -> Result<Arc<Mem>> 
     let user = matches!(kind, Kind::User { .. });
     let state = State { key: 0, valid, access, kind };
     let mem = Arc::pin_init(
-        pin_init!(Mem { pd, index, user, state <- new_irq_spinlock!(state, "siw_rs_mem") }),
+        pin_init!(Mem { pd, index, user, state <- new_bh_spinlock!(state, "siw_rs_mem") }),
         GFP_KERNEL,
     );
     let mut t = table.lock();
@@ -457,7 +463,7 @@ pub(crate) fn lookup(table: &Stags, stag: u32) -> Option<Arc<Mem>> {
 /// Runs `f` on the region `stag` names, under the table's lock, without
 /// taking and dropping a reference as [`lookup`] does (an atomic each,
 /// with a lock that costs about what the table's does). For short
-/// accesses only (interrupts are off): a small send's payload, a received
+/// accesses only (bottom halves are off): a small send's payload, a received
 /// tagged segment of up to 256 octets. `InvalidStag` if no region has
 /// that index, as a failed [`lookup`] is reported.
 pub(crate) fn with<R>(

@@ -56,8 +56,9 @@ unsafe impl Backend for IrqSpinLockBackend {
 
 /// A spinlock that disables bottom halves while held: for state shared
 /// between process context and softirq context that is never touched from
-/// hard interrupts (the receive path, which calls into the TCP stack, which
-/// may re-enable bottom halves but must not run with interrupts off).
+/// hard interrupts nor with interrupts off (the receive path, which calls
+/// into the TCP stack, which may re-enable bottom halves but must not run
+/// with interrupts off; the memory regions and their STag table).
 pub(crate) type BhSpinLock<T> = kernel::sync::lock::Lock<T, BhSpinLockBackend>;
 
 /// Creates a [`BhSpinLock`] initialiser with a static lock class.
