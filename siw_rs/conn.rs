@@ -126,13 +126,20 @@ struct Rx {
 }
 
 impl Rx {
-    /// Ends the message that filled `recv`: the WQE's `wr_id`, if one was
-    /// filling, with `recv` and `filling` emptied (the WQE is not moved).
-    fn take_filled(&mut self) -> Option<u64> {
-        self.filling.take()?;
+    /// Empties `recv` and `filling`: the WQE's `wr_id`, to complete it
+    /// with (the WQE is not moved).
+    fn take_recv(&mut self) -> Option<u64> {
+        self.filling = None;
         let wr_id = self.recv.as_ref().map(|w| w.wr_id);
         self.recv = None;
         wr_id
+    }
+
+    /// Ends the message that filled `recv`: [`Rx::take_recv`], if one was
+    /// filling.
+    fn take_filled(&mut self) -> Option<u64> {
+        self.filling.as_ref()?;
+        self.take_recv()
     }
 }
 
@@ -1602,9 +1609,9 @@ impl Conn {
                     match resolve_recv(qp, w) {
                         Ok(mems) => rx.filling = Some(mems),
                         Err(_) => {
-                            let wr_id = w.wr_id;
-                            rx.recv = None;
-                            qp::complete_recv(qp, wr_id, WcStatus::LocProtErr, 0, false, RecvKind::Send { invalidated: None });
+                            if let Some(wr_id) = rx.take_recv() {
+                                qp::complete_recv(qp, wr_id, WcStatus::LocProtErr, 0, false, RecvKind::Send { invalidated: None });
+                            }
                             return Err(rx.receiver.reject(TermCode::RdmapLocalCatastrophic(0xff)));
                         }
                     }
@@ -1927,10 +1934,7 @@ impl Conn {
         let taken = {
             let mut rx = self.rx.lock();
             rx.ended = true;
-            rx.filling = None;
-            let w = rx.recv.as_ref().map(|w| w.wr_id);
-            rx.recv = None;
-            w
+            rx.take_recv()
         };
         if let Some(w) = taken {
             qp::complete_recv(qp, w, WcStatus::WrFlushErr, 0, false, RecvKind::Send { invalidated: None });
