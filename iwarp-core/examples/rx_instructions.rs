@@ -10,8 +10,10 @@
 //! [`Receiver::poll_segment`] as `siw_rs/conn.rs` drives it (`segment`: a
 //! call per segment), or assembled by hand from the core's parts with no incremental
 //! state (`hand`: `parse_fpdu`, `DdpHeader::parse`, `rdmap::validate`,
-//! `TaggedStream::accept`, `check_bounds`). Both copy each payload into a
-//! sink and check it byte for byte at the end. Count with callgrind at two
+//! `TaggedStream::accept`, `check_bounds`); `send` receives Sends of the
+//! same size, untagged, a call per segment (the mixed pair's Send row).
+//! All copy each payload into a sink and check it byte for byte at the
+//! end. Count with callgrind at two
 //! iteration counts and divide the difference by the extra segments:
 //!
 //! ```text
@@ -25,7 +27,7 @@
 
 use iwarp_core::crc32c::SoftCrc32c;
 use iwarp_core::ddp::{
-    check_bounds, BufferFields, DdpHeader, Segmenter, TaggedFields, TaggedStream,
+    check_bounds, BufferFields, DdpHeader, Segmenter, TaggedFields, TaggedStream, UntaggedFields,
 };
 use iwarp_core::mpa;
 use iwarp_core::rdmap::{self, Extensions, Opcode};
@@ -38,17 +40,40 @@ const STAG: u32 = 0x4a5b_6c01;
 const TO_BASE: u64 = 0x7f00_0000;
 const EMSS: u32 = 1448;
 
+/// RDMAP opcodes of the two messages the program receives.
+const OP_WRITE: u8 = 0;
+const OP_SEND: u8 = 3;
+/// Where the MSN of an untagged segment lies in its FPDU: after the
+/// ULPDU_Length, the two control octets, RsvdULP and QN.
+const MSN_AT: usize = 12;
+
 /// The wire of one tagged RDMA Write of `msg`, and each FPDU's range in it.
 fn write_wire(msg: &[u8]) -> (Vec<u8>, Vec<Range<usize>>) {
-    let mulpdu = u32::from(mpa::mulpdu(EMSS, false));
     let target = BufferFields::Tagged(TaggedFields {
         stag: STAG,
         to: TO_BASE,
     });
+    wire_of(msg, OP_WRITE, target)
+}
+
+/// The wire of one Send of `msg` on queue 0 with MSN 1 (each FPDU's MSN is
+/// rewritten for the next message: `MSN_AT`), and each FPDU's range in it.
+fn send_wire(msg: &[u8]) -> (Vec<u8>, Vec<Range<usize>>) {
+    let target = BufferFields::Untagged(UntaggedFields {
+        rsvd_ulp: 0,
+        qn: 0,
+        msn: 1,
+        mo: 0,
+    });
+    wire_of(msg, OP_SEND, target)
+}
+
+fn wire_of(msg: &[u8], opcode: u8, target: BufferFields) -> (Vec<u8>, Vec<Range<usize>>) {
+    let mulpdu = u32::from(mpa::mulpdu(EMSS, false));
     let (mut wire, mut fpdus) = (Vec::new(), Vec::new());
     let mut ulpdu = vec![0u8; mulpdu as usize + 64];
     let mut frame = vec![0u8; mulpdu as usize + 64];
-    for s in Segmenter::new(0, target, msg.len() as u32, mulpdu).expect("segmenter") {
+    for s in Segmenter::new(opcode, target, msg.len() as u32, mulpdu).expect("segmenter") {
         let h = s.header.emit(&mut ulpdu).expect("header");
         let body = &msg[s.payload_range()];
         ulpdu[h..h + body.len()].copy_from_slice(body);
@@ -117,6 +142,49 @@ fn through_segments(
             let at = (to - TO_BASE) as usize;
             sink[at..at + w.data.len()].copy_from_slice(w.data);
             done = w.done.message_len.unwrap_or(done);
+            // As `Conn::rx_piece`: a whole segment at the input's end
+            // leaves nothing to poll for.
+            if rest.is_empty() {
+                break;
+            }
+        }
+    }
+    done
+}
+
+/// Sends through the incremental receiver, a whole segment per call, as
+/// `Conn::rx_piece` drives it; `msn` is the message's MSN, written into
+/// each FPDU of `wire` first (a few instructions per segment, also
+/// counted).
+fn through_sends(
+    rx: &mut Receiver<SoftCrc32c>,
+    wire: &mut [u8],
+    fpdus: &[Range<usize>],
+    sink: &mut [u8],
+    msn: u32,
+) -> u64 {
+    let room = sink.len() as u32;
+    let mut posted = |_qn: u32, _msn: u32, _op: Opcode| Some(room);
+    let mut done = 0;
+    for r in fpdus {
+        wire[r.start + MSN_AT..r.start + MSN_AT + 4].copy_from_slice(&msn.to_be_bytes());
+        let mut rest = black_box(&wire[r.clone()]);
+        while let Some(p) = rx.poll_segment(&mut rest, &mut posted).expect("receive") {
+            let Polled::Segment(w) = p else {
+                panic!("a whole FPDU came in pieces")
+            };
+            let Target::Untagged { mo, .. } = w.done.header.target else {
+                panic!("tagged data")
+            };
+            let at = mo as usize;
+            let Some(dst) = sink.get_mut(at..at + w.data.len()) else {
+                panic!("past the receive buffer")
+            };
+            dst.copy_from_slice(w.data);
+            done = w.done.message_len.unwrap_or(done);
+            if rest.is_empty() {
+                break;
+            }
         }
     }
     done
@@ -145,13 +213,13 @@ fn by_hand(stream: &mut TaggedStream, wire: &[u8], fpdus: &[Range<usize>], sink:
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let usage = || {
-        eprintln!("usage: rx_instructions rx|segment|hand [MESSAGE_OCTETS [ITERATIONS]]");
+        eprintln!("usage: rx_instructions rx|segment|send|hand [MESSAGE_OCTETS [ITERATIONS]]");
         ExitCode::from(2)
     };
     let Some(mode) = args
         .get(1)
         .map(String::as_str)
-        .filter(|m| matches!(*m, "rx" | "segment" | "hand"))
+        .filter(|m| matches!(*m, "rx" | "segment" | "send" | "hand"))
     else {
         return usage();
     };
@@ -165,7 +233,11 @@ fn main() -> ExitCode {
     let msg: Vec<u8> = (0..len)
         .map(|i| (i as u32).wrapping_mul(0x9e37_79b1).to_be_bytes()[1])
         .collect();
-    let (wire, fpdus) = write_wire(&msg);
+    let (mut wire, fpdus) = if mode == "send" {
+        send_wire(&msg)
+    } else {
+        write_wire(&msg)
+    };
     let mut sink = vec![0u8; len];
     let mut rx = Receiver::new(RxConfig::new(false), SoftCrc32c::new());
     for i in 0..iters {
@@ -177,6 +249,7 @@ fn main() -> ExitCode {
         let got = match mode {
             "rx" => through_receiver(&mut rx, &wire, &fpdus, &mut sink),
             "segment" => through_segments(&mut rx, &wire, &fpdus, &mut sink),
+            "send" => through_sends(&mut rx, &mut wire, &fpdus, &mut sink, i as u32 + 1),
             _ => by_hand(&mut TaggedStream::new(), &wire, &fpdus, &mut sink),
         };
         if got != len as u64 {

@@ -289,6 +289,7 @@ impl ControlField {
     }
 
     /// Reads the control field from the first two bytes of `bytes`.
+    #[inline]
     pub fn parse(bytes: &[u8]) -> Result<Self, DdpError> {
         get_u16(bytes, field::CONTROL.start)
             .map(ControlField)
@@ -444,6 +445,7 @@ impl DdpHeader {
 
     /// Parses the header at the start of `bytes` (the byte after MPA's
     /// ULPDU_Length). Bytes past the header (the payload) are ignored.
+    #[inline]
     pub fn parse(bytes: &[u8]) -> Result<Self, DdpError> {
         let ctrl = ControlField::parse(bytes)?;
         let needed = ctrl.header_len();

@@ -305,6 +305,7 @@ pub enum RdmapError {
 /// queue ([`RdmapError::WrongQueue`]); a single-segment message has L set
 /// ([`RdmapError::NotLast`]). The versions were already checked by
 /// `DdpHeader::parse`.
+#[inline]
 pub fn validate(hdr: &DdpHeader, ext: Extensions) -> Result<Opcode, RdmapError> {
     let op = Opcode::from_u8(hdr.opcode).ok_or(RdmapError::UnknownOpcode(hdr.opcode))?;
     if !ext.allows(op) {

@@ -998,6 +998,7 @@ impl<C: CrcEngine> Receiver<C> {
     /// `None` (nothing consumed, nothing changed) where the step-by-step
     /// path must run: too few octets, or a length or control field that
     /// fails, whose error that path reports.
+    #[inline(always)]
     fn whole_header<'a, B>(
         &mut self,
         rest: &'a [u8],
