@@ -31,7 +31,7 @@ use iwarp_core::ddp::{
 };
 use iwarp_core::mpa;
 use iwarp_core::rdmap::{self, Extensions, Opcode};
-use iwarp_core::rx::{Polled, Receiver, RxConfig, RxEvent, Target};
+use iwarp_core::rx::{Polled, Receiver, RxConfig, RxEvent, Target, WholeSegment};
 use std::hint::black_box;
 use std::ops::Range;
 use std::process::ExitCode;
@@ -118,32 +118,34 @@ fn through_receiver(
     done
 }
 
-/// Through the incremental receiver, a whole segment per call.
+/// Through the incremental receiver, a whole segment per call, as
+/// `Conn::rx_piece` drives it; `place` copies each segment's payload into
+/// the sink. With `msn` (Sends), each FPDU's MSN is written first (a few
+/// instructions per segment, also counted).
 fn through_segments(
     rx: &mut Receiver<SoftCrc32c>,
-    wire: &[u8],
+    wire: &mut [u8],
     fpdus: &[Range<usize>],
     sink: &mut [u8],
+    msn: Option<u32>,
+    place: impl Fn(&WholeSegment<'_>, &mut [u8]),
 ) -> u64 {
     let room = sink.len() as u32;
     let mut posted = |_qn: u32, _msn: u32, _op: Opcode| Some(room);
     let mut done = 0;
     for r in fpdus {
+        if let Some(msn) = msn {
+            wire[r.start + MSN_AT..r.start + MSN_AT + 4].copy_from_slice(&msn.to_be_bytes());
+        }
         let mut rest = black_box(&wire[r.clone()]);
         while let Some(p) = rx.poll_segment(&mut rest, &mut posted).expect("receive") {
             let Polled::Segment(w) = p else {
                 panic!("a whole FPDU came in pieces")
             };
-            let Target::Tagged { to, .. } = w.done.header.target else {
-                panic!("untagged data")
-            };
-            check_bounds(to, w.done.header.payload_len, TO_BASE, sink.len() as u64)
-                .expect("bounds");
-            let at = (to - TO_BASE) as usize;
-            sink[at..at + w.data.len()].copy_from_slice(w.data);
+            place(&w, sink);
             done = w.done.message_len.unwrap_or(done);
-            // As `Conn::rx_piece`: a whole segment at the input's end
-            // leaves nothing to poll for.
+            // A whole segment at the input's end leaves nothing to poll
+            // for.
             if rest.is_empty() {
                 break;
             }
@@ -152,42 +154,26 @@ fn through_segments(
     done
 }
 
-/// Sends through the incremental receiver, a whole segment per call, as
-/// `Conn::rx_piece` drives it; `msn` is the message's MSN, written into
-/// each FPDU of `wire` first (a few instructions per segment, also
-/// counted).
-fn through_sends(
-    rx: &mut Receiver<SoftCrc32c>,
-    wire: &mut [u8],
-    fpdus: &[Range<usize>],
-    sink: &mut [u8],
-    msn: u32,
-) -> u64 {
-    let room = sink.len() as u32;
-    let mut posted = |_qn: u32, _msn: u32, _op: Opcode| Some(room);
-    let mut done = 0;
-    for r in fpdus {
-        wire[r.start + MSN_AT..r.start + MSN_AT + 4].copy_from_slice(&msn.to_be_bytes());
-        let mut rest = black_box(&wire[r.clone()]);
-        while let Some(p) = rx.poll_segment(&mut rest, &mut posted).expect("receive") {
-            let Polled::Segment(w) = p else {
-                panic!("a whole FPDU came in pieces")
-            };
-            let Target::Untagged { mo, .. } = w.done.header.target else {
-                panic!("tagged data")
-            };
-            let at = mo as usize;
-            let Some(dst) = sink.get_mut(at..at + w.data.len()) else {
-                panic!("past the receive buffer")
-            };
-            dst.copy_from_slice(w.data);
-            done = w.done.message_len.unwrap_or(done);
-            if rest.is_empty() {
-                break;
-            }
-        }
-    }
-    done
+/// A Write segment's payload to its place in the sink, bounds checked.
+fn place_tagged(w: &WholeSegment<'_>, sink: &mut [u8]) {
+    let Target::Tagged { to, .. } = w.done.header.target else {
+        panic!("untagged data")
+    };
+    check_bounds(to, w.done.header.payload_len, TO_BASE, sink.len() as u64).expect("bounds");
+    let at = (to - TO_BASE) as usize;
+    sink[at..at + w.data.len()].copy_from_slice(w.data);
+}
+
+/// A Send segment's payload to its message offset in the sink.
+fn place_untagged(w: &WholeSegment<'_>, sink: &mut [u8]) {
+    let Target::Untagged { mo, .. } = w.done.header.target else {
+        panic!("tagged data")
+    };
+    let at = mo as usize;
+    let Some(dst) = sink.get_mut(at..at + w.data.len()) else {
+        panic!("past the receive buffer")
+    };
+    dst.copy_from_slice(w.data);
 }
 
 /// The same checks and copy, each FPDU parsed whole.
@@ -248,8 +234,13 @@ fn main() -> ExitCode {
         }
         let got = match mode {
             "rx" => through_receiver(&mut rx, &wire, &fpdus, &mut sink),
-            "segment" => through_segments(&mut rx, &wire, &fpdus, &mut sink),
-            "send" => through_sends(&mut rx, &mut wire, &fpdus, &mut sink, i as u32 + 1),
+            "segment" => {
+                through_segments(&mut rx, &mut wire, &fpdus, &mut sink, None, place_tagged)
+            }
+            "send" => {
+                let msn = Some(i as u32 + 1);
+                through_segments(&mut rx, &mut wire, &fpdus, &mut sink, msn, place_untagged)
+            }
             _ => by_hand(&mut TaggedStream::new(), &wire, &fpdus, &mut sink),
         };
         if got != len as u64 {
