@@ -357,6 +357,14 @@ server_client() {
 	[ "$src" = 0 ] || fail_because "server exited $src: ${scmd[*]}" || return 1
 }
 
+# verified_rping COUNT SIZE: a verified rping pair, rs1 serving rs2 (used
+# by the fault tests and by test_52; here so that each test file runs on
+# its own).
+verified_rping() {
+	server_client h1 h2 240 -- "$WP" rping -s -a 10.55.0.1 -C "$1" -S "$2" -V \
+		-- "$WP" rping -c -a 10.55.0.1 -C "$1" -S "$2" -V
+}
+
 # netem_on ARGS...: a netem qdisc with ARGS ("loss 3%", ...) on both ends
 # of the veth pair. The peers' link addresses are fixed first: netem also
 # drops ARP, and rping gives address resolution 2 s, less than two ARP

@@ -5,12 +5,6 @@
 # (or a new one) serving a verified rping afterwards. The runner checks the
 # kernel log (warnings, KASAN, lockdep, hung tasks) and kmemleak after each.
 
-# verified_rping COUNT SIZE: a verified rping pair, rs1 serving rs2.
-verified_rping() {
-	server_client h1 h2 240 -- "$WP" rping -s -a 10.55.0.1 -C "$1" -S "$2" -V \
-		-- "$WP" rping -c -a 10.55.0.1 -C "$1" -S "$2" -V
-}
-
 test_80_packet_loss_and_delay() {
 	uverbs_pair
 	# 3% loss and 1 ms +- 1 ms of jitter (reordering the stream's segments)
