@@ -904,6 +904,14 @@ impl Conn {
         });
     }
 
+    /// Queues the transmit work on the high-priority queue: the socket has
+    /// room again for a stream that filled it ([`crate::wq::tx_hi`]).
+    fn kick_stream(self: &Arc<Self>) {
+        self.kick_with(|c| {
+            let _ = crate::wq::tx_hi().enqueue::<_, TRANSMIT>(c);
+        });
+    }
+
     /// Records the work and, unless a transmit runs or is queued already,
     /// hands the transmit to `enqueue`.
     fn kick_with(self: &Arc<Self>, enqueue: impl FnOnce(Arc<Self>)) {
@@ -2031,7 +2039,7 @@ impl SockHandler for Conn {
 
     fn write_space(this: ArcBorrow<'_, Self>) {
         let me: Arc<Conn> = this.into();
-        me.kick();
+        me.kick_stream();
     }
 
     fn state_change(this: ArcBorrow<'_, Self>, established: bool) {

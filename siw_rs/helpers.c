@@ -497,15 +497,19 @@ struct siw_rs_umem {
 /* Every work item of a connection, listener or handshake runs on one of
  * these module-owned queues, which module exit destroys (draining them) once
  * every device is gone: no work item runs module code after the unload. The
- * transmit queue may be needed to make progress under memory pressure (an
- * NVMe-oF or NFS/RDMA consumer writing back), hence WQ_MEM_RECLAIM. */
-static struct workqueue_struct *siw_rs_wqs[2];
+ * transmit queues may be needed to make progress under memory pressure (an
+ * NVMe-oF or NFS/RDMA consumer writing back), hence WQ_MEM_RECLAIM. The
+ * second one's workers run at high priority (WQ_HIGHPRI, as nvme-tcp's
+ * I/O queue): it carries a process's own stream of work requests once a
+ * worker continues it (see wq.rs). */
+static struct workqueue_struct *siw_rs_wqs[3];
 
 int siw_rs_h_wq_init(void)
 {
 	siw_rs_wqs[0] = alloc_workqueue("siw_rs_cm", 0, 0);
 	siw_rs_wqs[1] = alloc_workqueue("siw_rs_tx", WQ_MEM_RECLAIM, 0);
-	if (siw_rs_wqs[0] && siw_rs_wqs[1])
+	siw_rs_wqs[2] = alloc_workqueue("siw_rs_txhi", WQ_MEM_RECLAIM | WQ_HIGHPRI, 0);
+	if (siw_rs_wqs[0] && siw_rs_wqs[1] && siw_rs_wqs[2])
 		return 0;
 	siw_rs_h_wq_exit();
 	return -ENOMEM;
