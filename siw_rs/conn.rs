@@ -922,6 +922,11 @@ impl Conn {
         // queued: `tx_work` clears `tx_busy` only as it returns, after the
         // workqueue took the item off its queue. So the enqueue succeeds;
         // were the item queued after all, that run would do this work.
+        // The same goes across the two transmit queues, whose
+        // non-reentrancy the workqueue does not give: a run queued on one
+        // may start while the last run, on the other, is still returning,
+        // which after giving `tx_busy` up only reads the two flags and drops
+        // its reference.
         enqueue(self.clone());
     }
 
