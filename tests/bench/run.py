@@ -4,6 +4,7 @@
 
     tests/bench/run.py              run the matrix, write build/bench/results.json
     tests/bench/run.py --estimate   print "INVOCATIONS SECONDS" of the plan (host, no root)
+    tests/bench/run.py --self-test  check the plan's order (host; run by make check)
     tests/bench/run.py --quick      the quick subset (also SIW_RS_BENCH_QUICK=1)
 
 Pairs (server in netns h1 on veth1, client in netns h2 on veth2, see
@@ -17,9 +18,12 @@ scripts/topology):
 
 Two iWARP devices cannot share a netdev here (both drivers' listeners want
 the same TCP port, rdma_listen fails), so each pair gets its devices created
-before its tests and deleted after. The matrix runs in rounds: round r runs
-every pair once through every test that wants at least r runs, so slow drift
-of the (emulated) machine spreads over all pairs instead of hitting one.
+before its runs and deleted after. The matrix runs in rounds: round r runs
+every test that wants at least r runs, each test on every pair back to back
+(the pairs' order rotating from round to round), so the pairs of one row are
+measured within seconds of each other: the emulated machine's speed follows
+the host's load and moves by a factor of two within minutes, and a row's
+pairs measured minutes apart compared two speeds as much as two drivers.
 
 Every invocation has a timeout; a failure becomes an error entry of that run
 and the bench goes on. results.json is rewritten after every run, so a VM
@@ -207,12 +211,52 @@ def plan(st):
     """[(round, pair or None, test)] in execution order."""
     rdma, tcp = matrix(st)
     rounds = max(t.runs(st) for t in rdma + tcp)
+    ps = pairs(st)
     out = []
     for r in range(rounds):
-        for pair in pairs(st):
-            out += [(r, pair, t) for t in rdma if r < t.runs(st)]
+        order = ps[r % len(ps):] + ps[:r % len(ps)]
+        for t in rdma:
+            if r < t.runs(st):
+                out += [(r, pair, t) for pair in order]
         out += [(r, None, t) for t in tcp if r < t.runs(st)]
     return out
+
+
+def self_test():
+    """The plan's order: in every round each test's pairs run back to back,
+    each pair once, the round's first pair rotating; every run is planned
+    once, the TCP yardsticks once a round after the RDMA tests."""
+    ok, why = True, []
+    for quick in (False, True):
+        st = Settings(quick)
+        st.only, st.pairs = [], []
+        rdma, tcp = matrix(st)
+        p = plan(st)
+        names = [x[0] for x in PAIRS]
+        want = sum(t.runs(st) * len(names) for t in rdma) + sum(t.runs(st) for t in tcp)
+        if len(p) != want:
+            ok = False
+            why.append("quick=%s: %d runs planned, %d wanted" % (quick, len(p), want))
+        i = 0
+        while i < len(p):
+            rnd, pair, t = p[i]
+            if pair is None:
+                i += 1
+                continue
+            group = [x[1][0] for x in p[i:i + len(names)]]
+            same = all(x[0] == rnd and x[2] is t for x in p[i:i + len(names)])
+            first = names[rnd % len(names)]
+            if not same or sorted(group) != sorted(names) or group[0] != first:
+                ok = False
+                why.append("quick=%s round %d %s: pairs %s" % (quick, rnd, t.key, group))
+            i += len(names)
+        for rnd in range(max(t.runs(st) for t in rdma + tcp)):
+            kinds = [x[1] is None for x in p if x[0] == rnd]
+            if kinds != sorted(kinds):
+                ok = False
+                why.append("quick=%s round %d: a TCP run before an RDMA run" % (quick, rnd))
+    print("run.py self-test: %s" % ("ok" if ok else "FAILED: " + "; ".join(why[:5])))
+    return 0 if ok else 1
 
 
 def expected_seconds(st, p):
@@ -753,6 +797,8 @@ def collect_meta(st):
 def main():
     args = sys.argv[1:]
     quick = env_flag("SIW_RS_BENCH_QUICK") or "--quick" in args
+    if "--self-test" in args:
+        return self_test()
     st = Settings(quick)
     if "--estimate" in args:
         p = plan(st)
