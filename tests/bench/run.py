@@ -243,7 +243,7 @@ def self_test():
             if pair is None:
                 i += 1
                 continue
-            group = [x[1][0] for x in p[i:i + len(names)]]
+            group = [x[1][0] if x[1] else "tcp" for x in p[i:i + len(names)]]
             same = all(x[0] == rnd and x[2] is t for x in p[i:i + len(names)])
             first = names[rnd % len(names)]
             if not same or sorted(group) != sorted(names) or group[0] != first:
