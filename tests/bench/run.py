@@ -32,6 +32,8 @@ that dies half way still leaves what it measured ("complete": false).
 Environment: SIW_RS_KO (siw_rs.ko to load), SIW_RS_BENCH_QUICK=1,
 SIW_RS_BENCH_RUNS (runs of the headline rows, default 3; quick 1),
 SIW_RS_BENCH_RUNS_OTHER (runs of the other rows, default 1),
+SIW_RS_BENCH_RUNS_LAT (runs of the 2 B latency rows and the TCP ping-pong,
+default 7, at least SIW_RS_BENCH_RUNS; quick: SIW_RS_BENCH_RUNS),
 SIW_RS_BENCH_DURATION (perftest -D and iperf3 -t seconds, default 5),
 SIW_RS_BENCH_MARGIN (perftest -f, default 1), SIW_RS_BENCH_LAT_ITERS
 (latency iterations, default 2000), SIW_RS_BENCH_COMMIT / _DIRTY (from the
@@ -126,6 +128,11 @@ class Settings:
         # TCG: by default only the headline rows (the issue's targets) get
         # SIW_RS_BENCH_RUNS, the others one run.
         self.runs_other = env_int("SIW_RS_BENCH_RUNS_OTHER", min(self.runs, 1))
+        # The 2 B latency rows (and the TCP ping-pong beside them) take a few
+        # seconds a run but spread the most from round to round: three rounds
+        # put their median anywhere from 0.70x to 1.15x of siw's within one
+        # day. They get more rounds, at about 7 s a run.
+        self.runs_lat = env_int("SIW_RS_BENCH_RUNS_LAT", self.runs if quick else max(self.runs, 7))
         self.duration = env_int("SIW_RS_BENCH_DURATION", 5)
         self.margin = env_int("SIW_RS_BENCH_MARGIN", 1)
         self.lat_iters = env_int("SIW_RS_BENCH_LAT_ITERS", 2000)
@@ -142,6 +149,7 @@ class Settings:
     def as_dict(self):
         return {
             "quick": self.quick, "runs": self.runs, "runs_other": self.runs_other,
+            "runs_lat": self.runs_lat,
             "duration_s": self.duration, "margin_s": self.margin,
             "measured_window_s": self.duration - 2 * self.margin,
             "lat_iters": self.lat_iters,
@@ -175,7 +183,9 @@ class Test:
         return "%s %s q%d" % (self.tool, size_name(self.size), self.qps)
 
     def runs(self, st):
-        return st.runs if self.headline else st.runs_other
+        if not self.headline:
+            return st.runs_other
+        return st.runs_lat if self.kind in LAT_KINDS else st.runs
 
     def as_dict(self):
         return {"key": self.key, "kind": self.kind, "tool": self.tool,
@@ -225,8 +235,12 @@ def plan(st):
 def self_test():
     """The plan's order: in every round each test's pairs run back to back,
     each pair once, the round's first pair rotating; every run is planned
-    once, the TCP yardsticks once a round after the RDMA tests."""
+    once, the TCP yardsticks once a round after the RDMA tests; the 2 B
+    latency rows get more rounds than the bandwidth rows. With the default
+    settings: the bench's SIW_RS_BENCH_* environment is left out."""
     ok, why = True, []
+    for k in [k for k in os.environ if k.startswith("SIW_RS_BENCH_")]:
+        del os.environ[k]
     for quick in (False, True):
         st = Settings(quick)
         st.only, st.pairs = [], []
@@ -250,6 +264,20 @@ def self_test():
                 ok = False
                 why.append("quick=%s round %d %s: pairs %s" % (quick, rnd, t.key, group))
             i += len(names)
+        # The latency yardsticks get their own count of rounds; the
+        # bandwidth headline rows keep SIW_RS_BENCH_RUNS.
+        for t in rdma + tcp:
+            n = sum(1 for x in p if x[2].key == t.key and (x[1] is None or x[1][0] == names[0]))
+            if t.headline:
+                want = st.runs_lat if t.kind in LAT_KINDS else st.runs
+            else:
+                want = st.runs_other
+            if n != want:
+                ok = False
+                why.append("quick=%s %s: %d rounds planned, %d wanted" % (quick, t.key, n, want))
+        if not quick and st.runs_lat <= st.runs:
+            ok = False
+            why.append("the latency rows get %d rounds, no more than the others' %d" % (st.runs_lat, st.runs))
         for rnd in range(max(t.runs(st) for t in rdma + tcp)):
             kinds = [x[1] is None for x in p if x[0] == rnd]
             if kinds != sorted(kinds):
