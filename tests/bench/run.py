@@ -269,12 +269,12 @@ def self_test():
         for t in rdma + tcp:
             n = sum(1 for x in p if x[2].key == t.key and (x[1] is None or x[1][0] == names[0]))
             if t.headline:
-                want = st.runs_lat if t.kind in LAT_KINDS else st.runs
+                rounds = st.runs_lat if t.kind in LAT_KINDS else st.runs
             else:
-                want = st.runs_other
-            if n != want:
+                rounds = st.runs_other
+            if n != rounds:
                 ok = False
-                why.append("quick=%s %s: %d rounds planned, %d wanted" % (quick, t.key, n, want))
+                why.append("quick=%s %s: %d rounds planned, %d wanted" % (quick, t.key, n, rounds))
         if not quick and st.runs_lat <= st.runs:
             ok = False
             why.append("the latency rows get %d rounds, no more than the others' %d" % (st.runs_lat, st.runs))
