@@ -27,7 +27,31 @@
 //! Request header after the DDP header, for other messages the RDMAP header
 //! is part of the DDP header already (upstream siw sets R with just the DDP
 //! header for a failed Send with Invalidate). M or R without D is rejected.
-//! The reserved bits are sent as zero and ignored on receive.
+//! The reserved bits are sent as zero and ignored on receive, with one
+//! exception, upstream siw's layout below.
+//!
+//! # Upstream siw's layout
+//!
+//! Upstream siw declares the control field as C bit-fields in the order
+//! of the wire, which on a little-endian host puts them in the opposite
+//! order: Layer goes to the low nibble of the first octet and EType to the
+//! high one, and M, D and R to bits 0, 1 and 2 of the third octet (word
+//! bits [`SIW_LE_M`], [`SIW_LE_D`], [`SIW_LE_R`]), inside the reserved
+//! field. The rest of its Terminate (the DDP Segment Length and the
+//! headers after it) follows the RFC. A control word whose only header
+//! control bits are those three, with no RFC one and the other reserved
+//! bits clear, is read in that layout (the nibbles swapped), if the
+//! swapped triple is defined: no conforming sender sets reserved bits.
+//! Without the bits there is no telling the two layouts apart, and the
+//! word is read as the RFC's; siw sends no bits for local catastrophic,
+//! version and opcode errors only, and for those the one layout reads the
+//! other's code as another code of the same consequence (a Remote
+//! Operation or LLP error), except where the two nibbles are equal (DDP
+//! Tagged, both read alike). What the swap corrects is the class that
+//! matters to a requester: siw's RDMAP Remote Protection errors (0/1/x,
+//! with M, D and R) would read as DDP Local Catastrophic (1/0/x, and for
+//! x > 0 undefined), and the failed Read would complete with a remote
+//! operation error instead of a remote access error.
 //!
 //! # Codes
 //!
@@ -98,6 +122,13 @@ pub const HDRCT_D: u32 = 0x0000_4000;
 pub const HDRCT_R: u32 = 0x0000_2000;
 /// Terminate Control reserved bits.
 pub const HDRCT_RESERVED_MASK: u32 = 0x0000_1fff;
+/// Where upstream siw on a little-endian host puts M (see "Upstream siw's
+/// layout" above): in the reserved bits.
+pub const SIW_LE_M: u32 = 0x0000_0100;
+/// Where upstream siw on a little-endian host puts D.
+pub const SIW_LE_D: u32 = 0x0000_0200;
+/// Where upstream siw on a little-endian host puts R.
+pub const SIW_LE_R: u32 = 0x0000_0400;
 
 /// Defines a `u8` wire enum with `ALL`, `from_u8` and `value`.
 macro_rules! wire_enum {
@@ -518,9 +549,13 @@ impl TerminateControl {
             needed: CONTROL_LEN,
             available: bytes.len(),
         })?;
-        let layer = (word >> 28) as u8;
-        let etype = ((word >> 24) & 0xf) as u8;
+        let hi = (word >> 28) as u8;
+        let lo = ((word >> 24) & 0xf) as u8;
         let code = ((word >> 16) & 0xff) as u8;
+        if let Some(c) = Self::siw_le(word, hi, lo, code) {
+            return Ok(c);
+        }
+        let (layer, etype) = (hi, lo);
         let code = TermCode::from_wire(layer, etype, code)
             .ok_or(TerminateError::UndefinedCode { layer, etype, code })?;
         Ok(TerminateControl {
@@ -529,6 +564,24 @@ impl TerminateControl {
                 m: word & HDRCT_M != 0,
                 d: word & HDRCT_D != 0,
                 r: word & HDRCT_R != 0,
+            },
+        })
+    }
+
+    /// `word` read in upstream siw's little-endian layout, if it bears
+    /// that layout's header control bits and nothing else outside the
+    /// code, and the swapped triple is defined.
+    fn siw_le(word: u32, hi: u8, lo: u8, code: u8) -> Option<Self> {
+        let siw_bits = SIW_LE_M | SIW_LE_D | SIW_LE_R;
+        if word & siw_bits == 0 || word & 0xffff & !siw_bits != 0 {
+            return None;
+        }
+        Some(TerminateControl {
+            code: TermCode::from_wire(lo, hi, code)?,
+            hdrct: HeaderControl {
+                m: word & SIW_LE_M != 0,
+                d: word & SIW_LE_D != 0,
+                r: word & SIW_LE_R != 0,
             },
         })
     }
@@ -1632,6 +1685,92 @@ mod tests {
         );
     }
 
+    /// `buf`'s control word rewritten as upstream siw on a little-endian
+    /// host lays it out (module docs, "Upstream siw's layout").
+    fn to_siw_le(buf: &mut [u8]) {
+        let w = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]);
+        buf[0] = buf[0].rotate_left(4);
+        buf[2] = u8::from(w & HDRCT_M != 0)
+            | u8::from(w & HDRCT_D != 0) << 1
+            | u8::from(w & HDRCT_R != 0) << 2;
+        buf[3] = 0;
+    }
+
+    #[test]
+    fn siw_le_layout() {
+        // What upstream siw sent on x86 for an RDMA Read 1 octet past
+        // the end of the region (a VM run of tests/vm/access.c, case 7,
+        // against siw, 2026-12-02): RDMAP Remote Protection, base or
+        // bounds (0/1/1), M, D and R in its bit positions, then the RFC's
+        // DDP Segment Length, DDP header and Read Request header.
+        let rfc = TerminateRepr::for_segment(
+            TermCode::RdmapRemoteProtection(RemoteProtectionCode::BaseBounds),
+            &RREQ,
+            28,
+        );
+        assert!(rfc.hdrct.m && rfc.hdrct.d && rfc.hdrct.r && rfc.read_request.is_some());
+        let mut buf = [0u8; MAX_LEN];
+        let n = rfc.emit(&mut buf).unwrap();
+        to_siw_le(&mut buf);
+        assert_eq!(buf[..4], [0x10, 0x01, 0x07, 0x00]);
+        assert_eq!(TerminateRepr::parse(&buf[..n]), Ok(rfc));
+        // Read the RFC's way, the same octets were an undefined DDP code.
+        assert_eq!(
+            TermCode::from_wire(1, 0, 1),
+            None,
+            "1/0/1 is what a reader of the RFC layout sees"
+        );
+        // Invalid STag (0/1/0) would read as DDP Local Catastrophic.
+        let c = TerminateControl::parse(&[0x10, 0x00, 0x07, 0x00]).unwrap();
+        assert_eq!(
+            c.code,
+            TermCode::RdmapRemoteProtection(RemoteProtectionCode::InvalidStag)
+        );
+        // DDP Tagged errors (M and D) read alike in both layouts but for
+        // the bits.
+        let c = TerminateControl::parse(&[0x11, 0x01, 0x03, 0x00]).unwrap();
+        assert_eq!(c.code, TermCode::DdpTagged(TaggedCode::BaseBounds));
+        assert_eq!(
+            c.hdrct,
+            HeaderControl {
+                m: true,
+                d: true,
+                r: false
+            }
+        );
+        // Without siw's bits the RFC layout holds: siw's Unexpected OpCode
+        // (0/2/6) reads as the MPA code 6, both remote errors alike.
+        let c = TerminateControl::parse(&[0x20, 0x06, 0x00, 0x00]).unwrap();
+        assert_eq!(c.code.wire(), (2, 0, 6));
+        // Any other reserved bit, or an RFC header control bit, and it is
+        // not siw's: read as the RFC says, reserved bits ignored.
+        let c = TerminateControl::parse(&[0x10, 0x00, 0x07, 0x01]).unwrap();
+        assert_eq!(c.code, TermCode::DdpLocalCatastrophic);
+        assert_eq!(c.hdrct, HeaderControl::default());
+        let c = TerminateControl::parse(&[0x10, 0x00, 0x47, 0x00]).unwrap();
+        assert_eq!(c.code, TermCode::DdpLocalCatastrophic);
+        assert!(c.hdrct.d && !c.hdrct.m && !c.hdrct.r);
+        // siw's bits with an undefined swapped triple: the RFC reading,
+        // here undefined too.
+        assert_eq!(
+            TerminateControl::parse(&[0x30, 0x00, 0x01, 0x00]),
+            Err(TerminateError::UndefinedCode {
+                layer: 3,
+                etype: 0,
+                code: 0
+            })
+        );
+        // siw's M or R without D is as inconsistent as the RFC's.
+        assert_eq!(
+            TerminateRepr::parse(&[0x10, 0x00, 0x01, 0x00]),
+            Err(TerminateError::InconsistentHeaderControl(HeaderControl {
+                m: true,
+                d: false,
+                r: false
+            }))
+        );
+    }
+
     fn any_code() -> impl Strategy<Value = TermCode> {
         (0u8..3, 0u8..3, any::<u8>(), 0usize..8).prop_map(|(l, e, c, pick)| {
             TermCode::from_wire(l, e, c).unwrap_or_else(|| {
@@ -1658,6 +1797,18 @@ mod tests {
             let m = t.emit_message(1, &mut msg).unwrap();
             prop_assert_eq!(DdpHeader::parse(&msg[..m]), Ok(terminate_header(1)));
             prop_assert_eq!(TerminateRepr::parse(&msg[UNTAGGED_HEADER_LEN..m]), Ok(t));
+        }
+
+        /// Every Terminate upstream siw sends with a header attached
+        /// reads as what it means.
+        #[test]
+        fn prop_siw_le_layout_reads_as_sent(code in any_code(), seg in any_segment(), len in any::<u16>()) {
+            let t = TerminateRepr::for_segment(code, &seg, len);
+            prop_assume!(t.hdrct.d);
+            let mut buf = [0u8; MAX_LEN];
+            let n = t.emit(&mut buf).unwrap();
+            to_siw_le(&mut buf);
+            prop_assert_eq!(TerminateRepr::parse(&buf[..n]), Ok(t));
         }
 
         #[test]

@@ -377,6 +377,40 @@ test_57_remote_access_violations_are_refused() {
 	[ "$got" = "$want" ] || fail_because "TERMINATEs received: '$got', want '$want'" || return 1
 }
 
+# Upstream siw as the responder (siw1 on h1), siw_rs the requester (rs2 on
+# h2), case 7 of tests/vm/access.c only: an RDMA Read ending 1 octet past
+# the region. Upstream siw on a little-endian host lays out its TERMINATE's
+# control field its own way (iwarp-core terminate.rs, "Upstream siw's
+# layout"): its RDMAP Remote Protection, base or bounds (0/1/1) must reach
+# siw_rs as that, and the Read complete with REM_ACCESS_ERR (read the RFC's
+# way, the octets were an undefined DDP code: a remote operation error),
+# the sink untouched; the legal connection after it must pass. Only the
+# client's checks are siw_rs's: siw reports its own side's violation as
+# IBV_EVENT_QP_REQ_ERR, so the server fails its event check; and siw lets
+# a Read without REMOTE_READ through (case 2) and has no atomics (case 3).
+test_57_remote_access_violations_against_upstream_siw() {
+	scripts/topology up
+	modprobe siw
+	load_siw_rs
+	ip netns exec h1 rdma link add siw1 type siw netdev veth1
+	ip netns exec h2 rdma link add rs2 type siw_rs netdev veth2
+	local before crc=0 got
+	before=$(dmesg | wc -l)
+	ACCESS_CASE=7 ip netns exec h1 timeout 120 "$WP" build/access server 10.55.0.1 7177 > /tmp/server.log 2>&1 &
+	local spid=$!
+	wait_listen h1 7177 "$spid"
+	ACCESS_CASE=7 ip netns exec h2 timeout 120 "$WP" build/access client 10.55.0.1 7177 > /tmp/client.log 2>&1 || crc=$?
+	wait "$spid" || true
+	log_tail '    server| ' /tmp/server.log 4
+	log_tail '    client| ' /tmp/client.log 4
+	[ "$crc" = 0 ] || fail_because "the siw_rs client exited $crc" || return 1
+	grep -q '^PASS case 7: .* IBV_WC_REM_ACCESS_ERR; .* sink untouched' /tmp/client.log ||
+		fail_because "the Read past the end did not fail with REM_ACCESS_ERR, sink untouched" || return 1
+	grep -q '^access: 2 passed, 0 failed$' /tmp/client.log || fail_because "the client did not pass its checks" || return 1
+	got=$(dmesg | tail -n +"$((before + 1))" | sed -n 's/.*siw_rs: qp [0-9]*: peer sent //p' | paste -sd' ')
+	[ "$got" = "TERMINATE (0, 1, 1)" ] || fail_because "TERMINATEs siw_rs received: '$got', want 'TERMINATE (0, 1, 1)'" || return 1
+}
+
 # A device deleted under a process that holds a context on it, with a PD,
 # a CQ, a QP, a region and a posted receive (doorbell-file live): the
 # deletion completes at once (the kernel disassociates the context) and
