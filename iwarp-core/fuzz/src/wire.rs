@@ -360,11 +360,17 @@ fn terminate_payload(payload: &[u8], msn: u32) -> &'static str {
             assert!(t.is_consistent(), "parsed Terminate inconsistent: {t:?}");
             let mut buf = [0u8; terminate::MAX_LEN];
             let n = t.emit(&mut buf).expect("emit");
-            let mut want = payload[..n].to_vec();
-            let w = u32::from_be_bytes([want[0], want[1], want[2], want[3]])
-                & !terminate::HDRCT_RESERVED_MASK;
-            want[..4].copy_from_slice(&w.to_be_bytes());
-            assert_eq!(&buf[..n], &want[..], "Terminate emit(parse(x)) != x");
+            // Octet-exact but for the control word: reserved bits are
+            // ignored, and a word in upstream siw's little-endian layout
+            // comes back in the RFC's (terminate.rs, "Upstream siw's
+            // layout").
+            assert_eq!(&buf[4..n], &payload[4..n], "Terminate emit(parse(x)) != x");
+            let w_in = u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]);
+            let w_out = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]);
+            assert!(
+                w_out == w_in & !terminate::HDRCT_RESERVED_MASK || w_in == siw_le_word(w_out),
+                "Terminate control word {w_in:#010x} read as {w_out:#010x}"
+            );
             check_terminate(&t, msn);
             "terminate"
         }
@@ -382,6 +388,24 @@ fn terminate_payload(payload: &[u8], msn: u32) -> &'static str {
             "inconsistent hdrct"
         }
     }
+}
+
+/// An RFC Terminate Control word as upstream siw lays it out on a
+/// little-endian host: Layer and EType nibbles swapped, M, D and R moved to
+/// `terminate::SIW_LE_M`, `_D`, `_R`.
+fn siw_le_word(w: u32) -> u32 {
+    let top = ((w >> 24) as u8).rotate_left(4);
+    let mut s = u32::from(top) << 24 | (w & 0x00ff_0000);
+    for (rfc, siw) in [
+        (terminate::HDRCT_M, terminate::SIW_LE_M),
+        (terminate::HDRCT_D, terminate::SIW_LE_D),
+        (terminate::HDRCT_R, terminate::SIW_LE_R),
+    ] {
+        if w & rfc != 0 {
+            s |= siw;
+        }
+    }
+    s
 }
 
 fn terminate(data: &[u8]) -> &'static str {
