@@ -156,6 +156,16 @@ uverbs_pair() {
 	ip netns exec h2 rdma link add rs2 type siw_rs netdev veth2
 }
 
+# siw1 (upstream siw) on h1/veth1 and rs2 (siw_rs) on h2/veth2: the pair
+# of the tests against upstream siw.
+mixed_pair() {
+	scripts/topology up
+	modprobe siw
+	load_siw_rs
+	ip netns exec h1 rdma link add siw1 type siw netdev veth1
+	ip netns exec h2 rdma link add rs2 type siw_rs netdev veth2
+}
+
 # hang_watch SECS: if the test still runs after SECS, print what every
 # process of the test waits on (kernel stacks of blocked ones) and the
 # kernel log's tail, so that a hang explains itself, then end the test;

@@ -110,11 +110,7 @@ test_20_gid_guid_and_attrs() {
 }
 
 test_30_coexist_with_upstream_siw() {
-	scripts/topology up
-	modprobe siw
-	load_siw_rs
-	ip netns exec h1 rdma link add siw1 type siw netdev veth1
-	ip netns exec h2 rdma link add rs2 type siw_rs netdev veth2
+	mixed_pair
 	check_rnic rs2 || return 1
 	[ "$(link_state siw1)" = ACTIVE ] || fail_because "siw1 state $(link_state siw1)" || return 1
 	rdma link show

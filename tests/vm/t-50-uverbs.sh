@@ -137,11 +137,7 @@ test_35_librdmacm_examples() {
 }
 
 test_40_mixed_with_upstream_siw() {
-	scripts/topology up
-	modprobe siw
-	load_siw_rs
-	ip netns exec h1 rdma link add siw1 type siw netdev veth1
-	ip netns exec h2 rdma link add rs2 type siw_rs netdev veth2
+	mixed_pair
 	# The provider must leave upstream siw to libsiw: with it active, the
 	# siw device still works through libsiw.
 	echo "    rping: siw_rs client -> upstream siw server"
@@ -389,11 +385,7 @@ test_57_remote_access_violations_are_refused() {
 # IBV_EVENT_QP_REQ_ERR, so the server fails its event check; and siw lets
 # a Read without REMOTE_READ through (case 2) and has no atomics (case 3).
 test_57_remote_access_violations_against_upstream_siw() {
-	scripts/topology up
-	modprobe siw
-	load_siw_rs
-	ip netns exec h1 rdma link add siw1 type siw netdev veth1
-	ip netns exec h2 rdma link add rs2 type siw_rs netdev veth2
+	mixed_pair
 	local before crc=0 got
 	before=$(dmesg | wc -l)
 	ACCESS_CASE=7 ip netns exec h1 timeout 120 "$WP" build/access server 10.55.0.1 7177 > /tmp/server.log 2>&1 &
