@@ -44,10 +44,12 @@
 //! swapped triple is defined: no conforming sender sets reserved bits.
 //! Without the bits there is no telling the two layouts apart, and the
 //! word is read as the RFC's; siw sends no bits for local catastrophic,
-//! version and opcode errors only, and for those the one layout reads the
-//! other's code as another code of the same consequence (a Remote
-//! Operation or LLP error), except where the two nibbles are equal (DDP
-//! Tagged, both read alike). What the swap corrects is the class that
+//! version and opcode errors only, and those read alike (RDMAP Local
+//! Catastrophic and DDP Tagged, whose two nibbles are equal), as an LLP
+//! error (siw's RDMAP version and opcode errors, 0/2/5 and 0/2/6, read as
+//! MPA's 2/0/5 and 2/0/6) or as undefined (siw's DDP Untagged version
+//! error): a remote operation error to a requester, as meant. What the
+//! swap corrects is the class that
 //! matters to a requester: siw's RDMAP Remote Protection errors (0/1/x,
 //! with M, D and R) would read as DDP Local Catastrophic (1/0/x, and for
 //! x > 0 undefined), and the failed Read would complete with a remote
