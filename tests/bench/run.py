@@ -704,14 +704,13 @@ class Bench:
             why = retry_reason(text)
             if why:
                 rec["retry"] = why
-                rec["clock_failure"] = why == "clock"
         complaints = [l.strip() for l in text.splitlines()
                       if re.search(r"fail|error|unable|errno|can't|cannot", l, re.I)]
         if not rec["ok"]:
             rec["error"] = "client timed out after %d s" % climit if client.killed else \
                 "client killed by signal %d" % -crc if crc < 0 else \
                 "client exited %s" % crc if crc != 0 else \
-                "perftest could not calibrate its clock (inf)" if rec.get("clock_failure") else \
+                "perftest could not calibrate its clock (inf)" if rec.get("retry") == "clock" else \
                 "no result line in the client output"
             if complaints:
                 rec["error"] += ": " + "; ".join(complaints[:3])
