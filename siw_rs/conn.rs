@@ -2036,6 +2036,8 @@ impl Conn {
 
 impl SockHandler for Conn {
     fn data_ready(this: ArcBorrow<'_, Self>, sk: &SockRef) {
+        // Before the read: TCP decides at its end whether to ACK at once.
+        sk.delay_acks();
         if this.receive(sk) {
             let me: Arc<Conn> = this.into();
             me.kick();

@@ -235,6 +235,17 @@ bool siw_rs_h_sk_write_space_ready(struct sock *sk)
 	return true;
 }
 
+/*
+ * Puts the connection's ACKs back in TCP's interactive ("pingpong") mode,
+ * as setsockopt(TCP_QUICKACK, 0) does; TCP leaves it whenever a delayed
+ * ACK's timer fires. See SockRef::delay_acks in net.rs.
+ */
+void siw_rs_h_tcp_delay_acks(struct sock *sk)
+{
+	if (!inet_csk_in_pingpong_mode(sk))
+		inet_csk_enter_pingpong_mode(sk);
+}
+
 void siw_rs_h_sk_set_nospace(struct sock *sk)
 {
 	set_bit(SOCK_NOSPACE, &sk->sk_socket->flags);

@@ -60,6 +60,7 @@ void siw_rs_h_lock_sock(struct sock *sk);
 bool siw_rs_h_sk_stream_writeable(const struct sock *sk);
 bool siw_rs_h_sk_write_space_ready(struct sock *sk);
 void siw_rs_h_sk_set_nospace(struct sock *sk);
+void siw_rs_h_tcp_delay_acks(struct sock *sk);
 int siw_rs_h_sk_state(const struct sock *sk);
 void siw_rs_h_sk_set_timeouts(struct sock *sk, long rcv_jiffies, long snd_jiffies);
 long siw_rs_h_msecs_to_jiffies(unsigned int ms);

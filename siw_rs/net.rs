@@ -473,6 +473,29 @@ pub(crate) struct ZcPart<'a> {
 /// A borrowed `struct sock` during a callback or under the socket lock.
 pub(crate) struct SockRef(NonNull<ffi::sock>);
 
+impl SockRef {
+    /// Keeps the connection's ACKs delayed as in a request/response
+    /// exchange (TCP's "pingpong" mode, what `TCP_QUICKACK` 0 sets): one
+    /// ACK per two full segments, or one carried by data going back.
+    ///
+    /// Outside that mode TCP acknowledges at once every read that empties
+    /// the receive queue after a segment with PSH set. A data path that
+    /// reads in the data-ready callback always empties it, and upstream
+    /// siw sets PSH on every FPDU (each is a send of its own), so every
+    /// segment got an ACK of its own: twice the packets on both ends. TCP
+    /// enters the mode when a reply leaves soon after data came in (here,
+    /// during the MPA exchange, a matter of timing) and leaves it whenever a
+    /// delayed ACK's timer fires (a pause in the stream), and a one-way
+    /// stream never sends the data that would bring it back. So the mode
+    /// is set again before each read. Call with the socket lock held.
+    pub(crate) fn delay_acks(&self) {
+        // SAFETY: a live TCP socket whose lock the caller holds; the
+        // helper writes one field of its ACK state, as TCP does under that
+        // lock.
+        unsafe { ffi::siw_rs_h_tcp_delay_acks(self.0.as_ptr()) };
+    }
+}
+
 /// The saved original callbacks of a socket with a handler attached.
 #[derive(Default)]
 struct Saved {

@@ -125,6 +125,70 @@ test_32_small_writes_gathered() {
 		fail_because "$((after - before)) packets for $n Writes: small messages were not gathered"
 }
 
+# segs_h1: TCP segments received and sent in namespace h1, "IN OUT".
+segs_h1() {
+	ip netns exec h1 nstat -az TcpInSegs TcpOutSegs |
+		awk '$1 == "TcpInSegs" { i = $2 } $1 == "TcpOutSegs" { o = $2 } END { print i + 0, o + 0 }'
+}
+
+# A receiver's ACKs stay delayed, one per two segments, after pauses in a
+# one-way stream. The data path empties the socket in its data-ready
+# callback, and TCP acknowledges such a read at once after a segment with
+# PSH set unless the connection is in its interactive ("pingpong") mode,
+# which TCP leaves whenever a delayed ACK's timer fires (a pause with one
+# segment unacknowledged) and a one-way stream never re-enters. Since
+# SockRef::delay_acks (siw_rs/net.rs) sets the mode again before each read,
+# the stream goes on with half as many ACKs as segments; without it, after
+# these pauses, every segment had an ACK of its own (out/in 1.00, twice as
+# many packets; upstream siw, which pushes every FPDU, met it at random).
+test_33_acks_stay_delayed_after_pauses() {
+	uverbs_pair
+	local i b a n try spid cpid kids in out
+	# Until the stream runs (a debug kernel under TCG connects slowly);
+	# a client refused by perftest's re-listen race (see perftest_retry)
+	# is started again.
+	for try in 1 2 3; do
+		ip netns exec h1 timeout 200 "$WP" ib_write_bw -F -R -d rs1 -s 1024 -D 40 > /tmp/server.log 2>&1 &
+		spid=$!
+		wait_listen h1 18515 "$spid"
+		ip netns exec h2 timeout 200 "$WP" ib_write_bw -F -R -d rs2 -s 1024 -D 40 10.55.0.1 > /tmp/client.log 2>&1 &
+		cpid=$!
+		b=$(segs_h1) n=0
+		for ((i = 0; i < 300 && n < 50; i++)); do
+			kill -0 "$cpid" 2>/dev/null || break
+			nap 0.2
+			a=$(segs_h1)
+			n=$((${a% *} - ${b% *}))
+		done
+		[ "$n" -ge 50 ] && break
+		kill "$cpid" "$spid" 2>/dev/null || true
+		wait "$cpid" "$spid" || true
+		log_tail '    client| ' /tmp/client.log 5
+		echo "    (the stream did not start; attempt $try)"
+	done
+	[ "$n" -ge 50 ] || fail_because "the stream did not start" || return 1
+	# Six pauses of the writer (timeout's child): some leave a segment
+	# unacknowledged. Builtins only: a fork costs up to a second on the
+	# debug kernel.
+	kids=$(pgrep -P "$cpid" || true)
+	for i in 1 2 3 4 5 6; do
+		kill -STOP "$cpid" $kids 2>/dev/null || true
+		nap 0.15
+		kill -CONT "$cpid" $kids 2>/dev/null || true
+		nap 0.25
+	done
+	b=$(segs_h1)
+	nap 3
+	a=$(segs_h1)
+	wait "$cpid" || fail_because "client exited $?" || return 1
+	wait "$spid" || fail_because "server exited $?" || return 1
+	in=$((${a% *} - ${b% *})) out=$((${a#* } - ${b#* }))
+	echo "    after the pauses, in 3 s: $in segments in, $out out"
+	[ "$in" -ge 100 ] || fail_because "only $in segments in: the stream did not run through the window" || return 1
+	[ $((out * 4)) -le $((in * 3)) ] ||
+		fail_because "$out ACKs for $in segments: the receiver acknowledged (nearly) every segment"
+}
+
 test_35_librdmacm_examples() {
 	uverbs_pair
 	echo "    rdma_server / rdma_client (inline send, RDMA CM endpoint API)"
