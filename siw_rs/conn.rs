@@ -276,8 +276,11 @@ impl ZcTrack {
                 Err(now) => u = now,
             }
         }
-        qp::released(self.qp.qp(), seq);
+        let restart = qp::released(self.qp.qp(), seq);
         self.users.fetch_sub(1, Ordering::Release);
+        if let Some(c) = restart {
+            c.kick();
+        }
     }
 
     /// No release touches the QP from now on: cuts the link and waits

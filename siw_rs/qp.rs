@@ -531,8 +531,9 @@ fn pull_sq(qp: &Qp<SiwRs>, inner: &mut Inner, wakes: &mut Wakes) {
     // In RTS an entry is taken only while it fits beside the WQEs still
     // awaiting completion: the ring slot is the process's again once taken,
     // so without this bound a process could post past `max_send_wr` behind
-    // an outstanding Read. The rest stays in the ring until `read_done`
-    // kicks the transmitter. (An empty ring returns before the copy is
+    // an outstanding Read. The rest stays in the ring until a completion
+    // (a Read's response, a zero-copy send's release) kicks the
+    // transmitter. (An empty ring returns before the copy is
     // cleared: the transmitter looks here after every message.)
     if avail == 0 {
         return;
@@ -1181,8 +1182,9 @@ fn next_job_locked(qp: &Qp<SiwRs>, inner: &mut Inner, bufs: TakeBufs<'_>, wakes:
             return j;
         }
         pull_sq(qp, inner, wakes);
-        // With no room (Reads outstanding fill `pending`), the ring is not
-        // idle: `read_done` kicks the transmitter, which pulls again.
+        // With no room (Reads or zero-copy sends awaiting completion fill
+        // `pending`), the ring is not idle: a Read's response or a send's
+        // release (`released`) kicks the transmitter, which pulls again.
         while inner.sq.len == 0 && inner.state == QpState::Rts && sq_room(inner) && !sq_idle(qp, inner) {
             pull_sq(qp, inner, wakes);
         }
@@ -1363,8 +1365,9 @@ pub(crate) fn sent_zcopy(qp: &Qp<SiwRs>, w: SendWqe, seq: u64) {
 }
 
 /// The network stack released the pages of zero-copy send `seq`: it
-/// completes now if every WQE before it has.
-pub(crate) fn released(qp: &Qp<SiwRs>, seq: u64) {
+/// completes now if every WQE before it has. Returns the connection whose
+/// transmitter must look at the send ring again (see below).
+pub(crate) fn released(qp: &Qp<SiwRs>, seq: u64) -> Option<Arc<Conn>> {
     {
         let mut inner = qp.data().inner.lock();
         let found = inner.pending.find(|(_, d)| *d == Wait::Release(seq));
@@ -1373,6 +1376,17 @@ pub(crate) fn released(qp: &Qp<SiwRs>, seq: u64) {
         }
     }
     complete_done(qp);
+    // While the WQEs awaiting completion fill the send queue, the
+    // transmitter leaves a process's ring marked busy (`next_job_locked`),
+    // and the process's next post then rings no doorbell: the room made
+    // here must restart the transmitter, which takes what the ring holds
+    // or marks it idle. (A Read's or Atomic's response does so from the
+    // receive path.)
+    let u = qp.data().user.as_ref()?;
+    if u.sq.ctrl(Ctrl::Kflags).load(Ordering::Acquire) & ffi::SIW_RS_KF_SQ_IDLE != 0 {
+        return None;
+    }
+    conn_of(qp)
 }
 
 /// The sink of the oldest outstanding request if it is a Read: (lkey,

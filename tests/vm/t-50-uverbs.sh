@@ -329,7 +329,12 @@ test_54_inline_sends_verified() {
 # counters stay), and with zcopy on again under 3% loss each way, where
 # TCP resends from the very pages (a completion before their release
 # would let the overwrite reach the server: a mutant that completed at the
-# hand-over to the socket failed there).
+# hand-over to the socket failed there). Last, 64 KiB RDMA Writes from a
+# send queue of one WQE (ib_write_bw -t 1) with the ACKs 10 ms away: each
+# Write fills the queue until its release, after the transmitter stopped,
+# and the process's next post rings no doorbell (the ring is not marked
+# idle while the queue is full), so the release must restart the
+# transmitter; without that the first Write's completion was the last.
 test_59_zero_copy_sends_verified() {
 	uverbs_pair
 	local f=/sys/class/infiniband/rs2 before after want reads port=7190
@@ -373,6 +378,15 @@ test_59_zero_copy_sends_verified() {
 	netem_off || return 1
 	[ $((after - before)) = "$want" ] && [ "$reads" = 12 ] ||
 		fail_because "zcopy_sends grew by $((after - before)) and $reads under loss, want $want and 12" || return 1
+	echo "    zcopy on, a send queue of one, 10 ms each way"
+	netem_on delay 10ms
+	before=$(cat $f/zcopy_sends)
+	perftest_retry h1 h2 120 -- "$WP" ib_write_bw -F -R -d rs1 -s 65536 -t 1 -n 30 \
+		-- "$WP" ib_write_bw -F -R -d rs2 -s 65536 -t 1 -n 30 10.55.0.1 || { netem_off delay; return 1; }
+	netem_off delay || return 1
+	after=$(cat $f/zcopy_sends)
+	grep -qE "^ 65536 +30 " /tmp/client.log || fail_because "no result line for 64 KiB x 30" || return 1
+	[ $((after - before)) -ge 30 ] || fail_because "zcopy_sends grew by $((after - before)), want 30 or more" || return 1
 	no_qps rs1 && no_qps rs2
 }
 
