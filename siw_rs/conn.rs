@@ -1488,6 +1488,11 @@ impl Conn {
         }
         let mut failed = None;
         let mut kick = false;
+        // What TCP will act on when the read ends (see
+        // `SockRef::set_ack_pushed`): a prompt ACK only where the octets
+        // read end a message. Touched only when that changes.
+        let pushed = sk.ack_pushed();
+        let mut shown = pushed;
         let (peer_term, peer_code) = {
             let mut rx = self.rx.lock();
             Socket::read_sk(sk, &mut |piece: &[u8]| {
@@ -1507,6 +1512,10 @@ impl Conn {
                 }
                 if let Err(e) = self.rx_piece(&mut rx, piece, &mut kick) {
                     failed = Some(e);
+                }
+                if pushed && shown != rx.receiver.at_message_end() {
+                    shown = !shown;
+                    sk.set_ack_pushed(shown);
                 }
                 piece.len()
             });
@@ -2039,8 +2048,6 @@ impl Conn {
 
 impl SockHandler for Conn {
     fn data_ready(this: ArcBorrow<'_, Self>, sk: &SockRef) {
-        // Before the read: TCP decides at its end whether to ACK at once.
-        sk.delay_acks();
         if this.receive(sk) {
             let me: Arc<Conn> = this.into();
             me.kick();

@@ -236,14 +236,22 @@ bool siw_rs_h_sk_write_space_ready(struct sock *sk)
 }
 
 /*
- * Puts the connection's ACKs back in TCP's interactive ("pingpong") mode,
- * as setsockopt(TCP_QUICKACK, 0) does; TCP leaves it whenever a delayed
- * ACK's timer fires. See SockRef::delay_acks in net.rs.
+ * ICSK_ACK_PUSHED: a segment received since the last ACK looked like the end
+ * of the peer's write (PSH on a full segment, or a short one); a read that
+ * empties the socket then ACKs at once unless the connection is in
+ * interactive ("pingpong") mode. See SockRef::ack_pushed in net.rs.
  */
-void siw_rs_h_tcp_delay_acks(struct sock *sk)
+bool siw_rs_h_tcp_ack_pushed(const struct sock *sk)
 {
-	if (!inet_csk_in_pingpong_mode(sk))
-		inet_csk_enter_pingpong_mode(sk);
+	return inet_csk(sk)->icsk_ack.pending & ICSK_ACK_PUSHED;
+}
+
+void siw_rs_h_tcp_set_ack_pushed(struct sock *sk, bool pushed)
+{
+	if (pushed)
+		inet_csk(sk)->icsk_ack.pending |= ICSK_ACK_PUSHED;
+	else
+		inet_csk(sk)->icsk_ack.pending &= ~ICSK_ACK_PUSHED;
 }
 
 void siw_rs_h_sk_set_nospace(struct sock *sk)

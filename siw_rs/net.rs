@@ -474,25 +474,32 @@ pub(crate) struct ZcPart<'a> {
 pub(crate) struct SockRef(NonNull<ffi::sock>);
 
 impl SockRef {
-    /// Keeps the connection's ACKs delayed as in a request/response
-    /// exchange (TCP's "pingpong" mode, what `TCP_QUICKACK` 0 sets): one
-    /// ACK per two full segments, or one carried by data going back.
-    ///
-    /// Outside that mode TCP acknowledges at once every read that empties
-    /// the receive queue after a segment with PSH set. A data path that
-    /// reads in the data-ready callback always empties it, and upstream
-    /// siw sets PSH on every FPDU (each is a send of its own), so every
-    /// segment got an ACK of its own: twice the packets on both ends. TCP
-    /// enters the mode when a reply leaves soon after data came in (here,
-    /// during the MPA exchange, a matter of timing) and leaves it whenever a
-    /// delayed ACK's timer fires (a pause in the stream), and a one-way
-    /// stream never sends the data that would bring it back. So the mode
-    /// is set again before each read. Call with the socket lock held.
-    pub(crate) fn delay_acks(&self) {
+    /// Whether a segment received since the last ACK looked like the end
+    /// of the peer's write: PSH set on a full segment, or a short segment
+    /// (TCP's `ICSK_ACK_PUSHED`). Then a read that empties the receive
+    /// queue sends an ACK at once, unless the connection is in TCP's
+    /// interactive ("pingpong") mode, so that a sender waiting for it (a
+    /// zero-copy send that completes when its pages are acknowledged, or
+    /// one bound by its congestion window) need not wait for the
+    /// delayed-ACK timer. Call with the socket lock held.
+    pub(crate) fn ack_pushed(&self) -> bool {
         // SAFETY: a live TCP socket whose lock the caller holds; the
-        // helper writes one field of its ACK state, as TCP does under that
-        // lock.
-        unsafe { ffi::siw_rs_h_tcp_delay_acks(self.0.as_ptr()) };
+        // helper reads one field of its ACK state.
+        unsafe { ffi::siw_rs_h_tcp_ack_pushed(self.0.as_ptr()) }
+    }
+
+    /// Sets or clears what [`ack_pushed`](Self::ack_pushed) reads. A read
+    /// that ends inside an iWARP message clears it: upstream siw sets PSH
+    /// on every FPDU (each is a send of its own), so TCP would otherwise
+    /// acknowledge each of its segments; the rest of the message follows,
+    /// and TCP's own rule of one ACK per two full segments covers it. Call
+    /// with the socket lock held (during a read, before TCP decides at its
+    /// end whether to acknowledge).
+    pub(crate) fn set_ack_pushed(&self, pushed: bool) {
+        // SAFETY: a live TCP socket whose lock the caller holds; the
+        // helper sets or clears one bit of its ACK state, as TCP does under
+        // that lock.
+        unsafe { ffi::siw_rs_h_tcp_set_ack_pushed(self.0.as_ptr(), pushed) };
     }
 }
 

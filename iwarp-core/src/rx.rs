@@ -671,6 +671,14 @@ impl<C: CrcEngine> Receiver<C> {
             || self.phase == Phase::Terminated
     }
 
+    /// Whether the stream received so far ends with a whole DDP message:
+    /// between FPDUs, and the last segment (if any) had L set. A TCP
+    /// receiver takes this for the end of the peer's write, where the peer
+    /// may wait for an acknowledgement; inside a message more follows.
+    pub fn at_message_end(&self) -> bool {
+        self.at_fpdu_boundary() && self.current.as_ref().is_none_or(|h| h.last)
+    }
+
     /// Marker stream offset of the next octet, with markers.
     pub fn stream_pos(&self) -> Option<u32> {
         // A marker in progress has not advanced the marker state yet.
@@ -2343,6 +2351,33 @@ mod tests {
         assert_eq!(rx.feed(&[0], &mut Unlimited), (1, Ok(None)));
         assert_eq!(rx.stream_pos(), Some(516));
         assert!(!rx.at_fpdu_boundary(), "the next FPDU's marker arrived");
+    }
+
+    /// `at_message_end`: at the start, after a message's last segment, and
+    /// not inside a message (between its segments or inside an FPDU).
+    #[test]
+    fn message_end_is_reported() {
+        let mut rx = Receiver::new(cfg(false), SoftCrc32c::new());
+        assert!(rx.at_message_end(), "nothing received");
+        let mut drain = |rx: &mut Receiver<SoftCrc32c>, mut input: &[u8]| {
+            while rx
+                .poll_segment(&mut input, &mut Unlimited)
+                .unwrap()
+                .is_some()
+            {}
+            assert!(input.is_empty());
+        };
+        drain(&mut rx, &WRITE_A);
+        assert!(rx.at_fpdu_boundary());
+        assert!(!rx.at_message_end(), "first of two segments");
+        drain(&mut rx, &WRITE_B[..5]);
+        assert!(!rx.at_message_end(), "inside the last FPDU");
+        drain(&mut rx, &WRITE_B[5..]);
+        assert!(rx.at_message_end(), "after the last segment");
+        drain(&mut rx, &READ_REQUEST[..1]);
+        assert!(!rx.at_message_end(), "the next FPDU began");
+        drain(&mut rx, &READ_REQUEST[1..]);
+        assert!(rx.at_message_end(), "a one-segment message");
     }
 
     #[test]

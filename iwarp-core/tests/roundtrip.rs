@@ -127,6 +127,8 @@ fn receive_and_check(
     let mut cur: Vec<u8> = Vec::new();
     let mut base: Option<Target> = None;
     let mut segments = 0usize;
+    // A message's header arrived and its last segment has not completed.
+    let mut open = false;
     let mut at = 0usize;
     let mut splits = rx_splits.iter().cycle();
     while at < stream.len() {
@@ -138,6 +140,7 @@ fn receive_and_check(
             let (msg, payload) = &msgs[i];
             match ev {
                 RxEvent::Header(h) => {
+                    open = true;
                     assert_eq!(h.opcode, msg.opcode(), "message {i}");
                     if h.first {
                         assert!(cur.is_empty());
@@ -188,6 +191,7 @@ fn receive_and_check(
                 RxEvent::Done(d) => {
                     segments += 1;
                     let Some(len) = d.message_len else { continue };
+                    open = false;
                     match (msg, rx.fixed_payload().copied()) {
                         (Message::ReadRequest(r), Some(FixedPayload::ReadRequest(g))) => {
                             assert_eq!(*r, g)
@@ -220,7 +224,15 @@ fn receive_and_check(
             }
         }
         assert!(piece.is_empty());
+        // Every piece's end: the receiver says whether the stream ends
+        // with a whole message (TCP's "end of the peer's write").
+        assert_eq!(
+            rx.at_message_end(),
+            !open && rx.at_fpdu_boundary(),
+            "after {at} octets"
+        );
     }
+    assert!(rx.at_message_end());
     assert_eq!(next, started.len(), "every message received");
     assert!(rx.at_fpdu_boundary());
     assert!(segments >= started.len());

@@ -131,39 +131,47 @@ test_32_small_writes_gathered() {
 		fail_because "$((after - before)) packets for $n Writes: small messages were not gathered"
 }
 
-# segs_h1: TCP segments received and sent in namespace h1, "IN OUT".
-segs_h1() {
-	ip netns exec h1 nstat -az TcpInSegs TcpOutSegs |
+# segs NS: TCP segments received and sent in namespace NS, "IN OUT".
+segs() {
+	ip netns exec "$1" nstat -az TcpInSegs TcpOutSegs |
 		awk '$1 == "TcpInSegs" { i = $2 } $1 == "TcpOutSegs" { o = $2 } END { print i + 0, o + 0 }'
 }
 
-# A receiver's ACKs stay delayed, one per two segments, after pauses in a
-# one-way stream. The data path empties the socket in its data-ready
-# callback, and TCP acknowledges such a read at once after a segment with
-# PSH set unless the connection is in its interactive ("pingpong") mode,
-# which TCP leaves whenever a delayed ACK's timer fires (a pause with one
-# segment unacknowledged) and a one-way stream never re-enters. Since
-# SockRef::delay_acks (siw_rs/net.rs) sets the mode again before each read,
-# the stream goes on with half as many ACKs as segments; without it, after
-# these pauses, every segment had an ACK of its own (out/in 1.00, twice as
-# many packets; upstream siw, which pushes every FPDU, met it at random).
+# delayed_acks NS: ACKs namespace NS's delayed-ACK timers sent.
+delayed_acks() {
+	ip netns exec "$1" nstat -az TcpExtDelayedACKs | awk '$1 == "TcpExtDelayedACKs" { d = $2 } END { print d + 0 }'
+}
+
+# Upstream siw pushes every FPDU (each is a send of its own), and TCP
+# acknowledges at once a read that empties the receive queue after a
+# full segment with PSH set, unless the connection is in its interactive
+# ("pingpong") mode, which it leaves whenever a delayed ACK's timer fires.
+# The data path empties the socket in its data-ready callback, so once a
+# pause in siw's stream had let a timer fire, every segment got an ACK of
+# its own (out/in 1.00, twice the packets on both ends). A read that ends
+# inside an iWARP message now takes the PSH back (SockRef::set_ack_pushed,
+# siw_rs/net.rs): the rest of the message follows, and TCP's one ACK per
+# two full segments covers it. Here an upstream siw client writes 64 KiB
+# messages to a siw_rs server, is stopped six times (some pauses leave a
+# segment unacknowledged), and the server's namespace must then send at
+# most 3 ACKs for 4 segments over 3 s.
 test_33_acks_stay_delayed_after_pauses() {
-	uverbs_pair
+	mixed_pair
 	local i b a n try spid cpid kids in out
 	# Until the stream runs (a debug kernel under TCG connects slowly);
 	# a client refused by perftest's re-listen race (see perftest_retry)
 	# is started again.
 	for try in 1 2 3; do
-		ip netns exec h1 timeout 200 "$WP" ib_write_bw -F -R -d rs1 -s 1024 -D 40 > /tmp/server.log 2>&1 &
+		ip netns exec h2 timeout 200 "$WP" ib_write_bw -F -R -d rs2 -s 65536 -D 40 > /tmp/server.log 2>&1 &
 		spid=$!
-		wait_listen h1 18515 "$spid"
-		ip netns exec h2 timeout 200 "$WP" ib_write_bw -F -R -d rs2 -s 1024 -D 40 10.55.0.1 > /tmp/client.log 2>&1 &
+		wait_listen h2 18515 "$spid"
+		ip netns exec h1 timeout 200 "$WP" ib_write_bw -F -R -d siw1 -s 65536 -D 40 10.55.0.2 > /tmp/client.log 2>&1 &
 		cpid=$!
-		b=$(segs_h1) n=0
+		b=$(segs h2) n=0
 		for ((i = 0; i < 300 && n < 50; i++)); do
 			kill -0 "$cpid" 2>/dev/null || break
 			nap 0.2
-			a=$(segs_h1)
+			a=$(segs h2)
 			n=$((${a% *} - ${b% *}))
 		done
 		[ "$n" -ge 50 ] && break
@@ -174,9 +182,8 @@ test_33_acks_stay_delayed_after_pauses() {
 		echo "    (perftest's client connected before its server listened again; run $try repeated)"
 	done
 	[ "$n" -ge 50 ] || fail_because "the stream did not start" || return 1
-	# Six pauses of the writer (timeout's child): some leave a segment
-	# unacknowledged. Builtins only: a fork costs up to a second on the
-	# debug kernel.
+	# Six pauses of the writer (timeout's child). Builtins only: a fork
+	# costs up to a second on the debug kernel.
 	kids=$(pgrep -P "$cpid" || true)
 	for i in 1 2 3 4 5 6; do
 		kill -STOP "$cpid" $kids 2>/dev/null || true
@@ -184,9 +191,9 @@ test_33_acks_stay_delayed_after_pauses() {
 		kill -CONT "$cpid" $kids 2>/dev/null || true
 		nap 0.25
 	done
-	b=$(segs_h1)
+	b=$(segs h2)
 	nap 3
-	a=$(segs_h1)
+	a=$(segs h2)
 	wait "$cpid" || fail_because "client exited $?" || return 1
 	wait "$spid" || fail_because "server exited $?" || return 1
 	in=$((${a% *} - ${b% *})) out=$((${a#* } - ${b#* }))
@@ -194,6 +201,30 @@ test_33_acks_stay_delayed_after_pauses() {
 	[ "$in" -ge 100 ] || fail_because "only $in segments in: the stream did not run through the window" || return 1
 	[ $((out * 4)) -le $((in * 3)) ] ||
 		fail_because "$out ACKs for $in segments: the receiver acknowledged (nearly) every segment"
+}
+
+# The other side of test_33: where a read ends a message, a prompt ACK
+# stays TCP's to send. A zero-copy Write completes when the peer's ACK
+# releases its pages, so with a send queue of one (ib_write_bw -t 1) each
+# Write waits for the ACK of its last segment. When the receiver kept its
+# ACKs delayed always (interactive mode set before every read, the first
+# answer to test_33's problem), each 64 KiB Write waited for the peer's
+# delayed-ACK timer: 297 timer ACKs for 300 Writes, 1.3 MB/s against 28.
+# TCP's own mode is left alone now: its timer may fire once or twice while
+# the connection starts in interactive mode, not once per message.
+test_34_zero_copy_writes_are_acknowledged_at_once() {
+	uverbs_pair
+	local f=/sys/class/infiniband/rs2 zb za db da
+	echo 1 > $f/zcopy
+	zb=$(cat $f/zcopy_sends) db=$(delayed_acks h1)
+	perftest_retry h1 h2 300 -- "$WP" ib_write_bw -F -R -d rs1 -s 65536 -t 1 -n 100 \
+		-- "$WP" ib_write_bw -F -R -d rs2 -s 65536 -t 1 -n 100 10.55.0.1 || return 1
+	za=$(cat $f/zcopy_sends) da=$(delayed_acks h1)
+	grep -qE "^ 65536 +100 " /tmp/client.log || fail_because "no result line for 64 KiB x 100" || return 1
+	echo "    100 Writes: $((za - zb)) sent by reference, $((da - db)) ACKs sent by the receiver's delayed-ACK timer"
+	[ $((za - zb)) -ge 100 ] || fail_because "zcopy_sends grew by $((za - zb)), want 100 or more" || return 1
+	[ $((da - db)) -le 10 ] ||
+		fail_because "$((da - db)) delayed ACKs for 100 Writes: the Writes waited for the receiver's timer"
 }
 
 test_35_librdmacm_examples() {
