@@ -47,11 +47,12 @@ test_21_rping_ipv6() {
 # in a clean-clone run of 1bae805: three times in a row). The tests check
 # that the transfer completes and reports its size and count, not the
 # rates, so -F makes perftest report anyway (the rates then are
-# meaningless). That failure is still retried (perftest_retry).
+# meaningless). That failure is still retried (perftest_retry). Each run
+# may take PERFTEST_TIMEOUT seconds (300 unless set).
 perftest_pair() {
 	local tool=$1
 	shift
-	perftest_retry h1 h2 300 -- "$WP" "$tool" -F -R -d rs1 "$@" -- "$WP" "$tool" -F -R -d rs2 "$@" 10.55.0.1
+	perftest_retry h1 h2 "${PERFTEST_TIMEOUT:-300}" -- "$WP" "$tool" -F -R -d rs1 "$@" -- "$WP" "$tool" -F -R -d rs2 "$@" 10.55.0.1
 }
 
 # relisten_refused: the perftest client in /tmp/client.log was refused by
@@ -217,8 +218,7 @@ test_34_zero_copy_writes_are_acknowledged_at_once() {
 	local f=/sys/class/infiniband/rs2 zb za db da
 	echo 1 > $f/zcopy
 	zb=$(cat $f/zcopy_sends) db=$(delayed_acks h1)
-	perftest_retry h1 h2 300 -- "$WP" ib_write_bw -F -R -d rs1 -s 65536 -t 1 -n 100 \
-		-- "$WP" ib_write_bw -F -R -d rs2 -s 65536 -t 1 -n 100 10.55.0.1 || return 1
+	perftest_pair ib_write_bw -s 65536 -t 1 -n 100 || return 1
 	za=$(cat $f/zcopy_sends) da=$(delayed_acks h1)
 	grep -qE "^ 65536 +100 " /tmp/client.log || fail_because "no result line for 64 KiB x 100" || return 1
 	echo "    100 Writes: $((za - zb)) sent by reference, $((da - db)) ACKs sent by the receiver's delayed-ACK timer"
@@ -412,8 +412,7 @@ test_59_zero_copy_sends_verified() {
 	echo "    zcopy on, a send queue of one, 10 ms each way"
 	netem_on delay 10ms
 	before=$(cat $f/zcopy_sends)
-	perftest_retry h1 h2 120 -- "$WP" ib_write_bw -F -R -d rs1 -s 65536 -t 1 -n 30 \
-		-- "$WP" ib_write_bw -F -R -d rs2 -s 65536 -t 1 -n 30 10.55.0.1 || { netem_off delay; return 1; }
+	PERFTEST_TIMEOUT=120 perftest_pair ib_write_bw -s 65536 -t 1 -n 30 || { netem_off delay; return 1; }
 	netem_off delay || return 1
 	after=$(cat $f/zcopy_sends)
 	grep -qE "^ 65536 +30 " /tmp/client.log || fail_because "no result line for 64 KiB x 30" || return 1
