@@ -399,7 +399,8 @@ test_59_zero_copy_sends_verified() {
 		after=$(cat $f/zcopy_sends)
 	}
 	# The full run with zcopy on; the copied run and the run under loss
-	# short (on the debug kernel each full run took about 100 s).
+	# short (with three full runs the test took 446 s on the debug
+	# kernel, the longest VM test).
 	echo "    zcopy on"
 	zcopy_run || return 1
 	[ $((after - before)) = "$want" ] && [ "$reads" = 12 ] ||
