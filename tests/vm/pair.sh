@@ -35,7 +35,7 @@ ISER_ADDR=$PAIR_TARGET
 # Only their helpers: their single-VM tests run in make check's VMs. (A
 # list of names to unset missed test_63 when it was added, and the pair
 # ran it in both VMs, about 2 min each, the host VM's boot competing.)
-unset -f $(declare -F | awk '$3 ~ /^test_/ { print $3 }' | grep -vxF -e "$pair_tests_before" -e '')
+unset -f $(declare -F | awk '$3 ~ /^test_/ { print $3 }' | grep -vxF -e "$pair_tests_before")
 
 PAIR_SIGNAL_PORT=4499
 PAIR_WAIT=${PAIR_WAIT:-1200}
